@@ -1,0 +1,200 @@
+"""The ``pipeline`` command. The only module that configures logging or exits.
+
+Exit codes: 0 done, every input used; 1 run failed; 2 usage or config
+error; 3 done, but some inputs were skipped (listed in the report).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+import click
+
+from pipeline import __version__
+from pipeline.errors import ConfigError, DeviceError, PipelineError
+
+logger = logging.getLogger("pipeline")
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _setup_logging(verbose: int, quiet: bool) -> None:
+    level = logging.ERROR if quiet else logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # distributed sets up its own loggers from dask config when first imported.
+    dask_level = "info" if verbose > 1 else "error" if quiet else "warning"
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", dask_level)
+    logging.getLogger("distributed").setLevel(max(level, logging.WARNING))
+
+
+def _exits(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn our exceptions into messages and exit codes."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (ConfigError, DeviceError) as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(2)
+        except PipelineError as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(1)
+
+    return wrapper
+
+
+def _load(config_path: str, sets: tuple[str, ...], extra: dict[str, Any] | None = None) -> Any:
+    from pipeline.config import load_config
+
+    overrides = list(sets) + [f"{k}={v}" for k, v in (extra or {}).items() if v is not None]
+    return load_config(config_path, overrides)
+
+
+set_option = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a config key.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="pipeline")
+def main() -> None:
+    """Many satellite tiles in, one analysis-ready Zarr datacube out."""
+
+
+@main.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+@set_option
+@click.option("--workers", type=int, help="Local workers (execution.workers).")
+@click.option("--scheduler", help="Address of an existing Dask scheduler (execution.scheduler).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), help="execution.device")
+@click.option("--resume", is_flag=True, help="Finish an interrupted run into the same store.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output store.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Report JSON path.")
+@click.option("-v", "--verbose", count=True)
+@click.option("-q", "--quiet", is_flag=True)
+@_exits
+def run(config: str, sets: tuple[str, ...], workers: int | None, scheduler: str | None, device: str | None,
+        resume: bool, overwrite: bool, report_path: str | None, verbose: int, quiet: bool) -> None:  # fmt: skip
+    """Index, plan, read, resample and write the datacube described by CONFIG."""
+    from pipeline.execute import run as run_pipeline
+    from pipeline.report import format_report
+
+    _setup_logging(verbose, quiet)
+    if resume and overwrite:
+        raise ConfigError("--resume/--overwrite", "choose one: --resume keeps the store, --overwrite replaces it")
+    extra = {"execution.workers": workers, "execution.scheduler": scheduler, "execution.device": device}
+    if report_path:
+        extra["report.path"] = os.path.abspath(report_path)
+    cfg = _load(config, sets, extra)
+    result = run_pipeline(cfg, overwrite=overwrite, resume=resume, progress=sys.stdout.isatty() and not quiet)
+    if not quiet:
+        click.echo(format_report(result.report))
+        click.echo(f"\nstore:  {cfg.output.path}\nreport: {cfg.report_path}")
+    sys.exit(result.exit_code)
+
+
+@main.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+@set_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("-v", "--verbose", count=True)
+@_exits
+def plan(config: str, sets: tuple[str, ...], as_json: bool, verbose: int) -> None:
+    """Dry run: inputs, target grid, partitions, bytes, task count. Reads no pixels."""
+    from pipeline.execute import plan_run, summarise_plan
+
+    _setup_logging(verbose, False)
+    cfg = _load(config, sets)
+    catalog, p = plan_run(cfg)
+    summary = summarise_plan(cfg, catalog, p)
+    if as_json:
+        click.echo(json.dumps(summary, indent=1))
+        return
+    g = summary["grid"]
+    click.echo(f"inputs      {summary['inputs']['files']} files ({summary['inputs']['bytes'] / 1e6:.1f} MB), "
+               f"{len(summary['inputs']['skipped'])} skipped; bands {', '.join(summary['bands'])}; "
+               f"{len(summary['times'])} dates")  # fmt: skip
+    click.echo(f"grid        {g['crs']} {g['shape_yx'][1]}x{g['shape_yx'][0]} px at {g['res_xy']}, "
+               f"bounds {g['bounds']}")  # fmt: skip
+    click.echo(f"chunks      {summary['chunks']} in the cube ({g['chunks_yx'][0]}x{g['chunks_yx'][1]}), "
+               f"{summary['jobs']} with data, {summary['windows']} source windows")  # fmt: skip
+    click.echo(f"tasks       {summary['tasks']} partitions of ~{cfg.execution.partition_mb:g} MB "
+               f"(median {summary['partition_mb']['median']:.1f} MB, max {summary['partition_mb']['max']:.1f} MB)")
+    click.echo(f"bytes       read {summary['bytes_to_read'] / 1e6:.1f} MB, write {summary['bytes_out'] / 1e6:.1f} MB "
+               f"raw; overview levels {summary['levels_used']}")  # fmt: skip
+    for line in summary["advice"]:
+        click.echo(f"advice      {line}")
+
+
+@main.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+@set_option
+@click.option("-v", "--verbose", count=True)
+@_exits
+def index(config: str, sets: tuple[str, ...], verbose: int) -> None:
+    """Build or refresh the Parquet tile index (inputs.index)."""
+    from pipeline.catalog import build_catalog
+
+    _setup_logging(verbose, False)
+    cfg = _load(config, sets)
+    if not cfg.inputs.index:
+        raise ConfigError("inputs.index", "is not set; give a path such as ../out/tiles.parquet")
+    cat = build_catalog(cfg)
+    click.echo(f"{cfg.inputs.index}: {len(cat.tiles)} tiles ({cat.headers_read} headers read, "
+               f"{len(cat.skipped)} skipped)")  # fmt: skip
+    sys.exit(3 if cat.skipped else 0)
+
+
+@main.command()
+@click.argument("report_json", type=click.Path(exists=True, dir_okay=False))
+@click.option("--html", "html_out", type=click.Path(dir_okay=False), help="Write an HTML page with plots.")
+@_exits
+def report(report_json: str, html_out: str | None) -> None:
+    """Print a past run's breakdown (and render it as HTML)."""
+    from pipeline.report import format_report, read_report
+
+    rep = read_report(report_json)
+    click.echo(format_report(rep))
+    if html_out:
+        from pipeline.report_html import write_html
+
+        write_html(rep, html_out)
+        click.echo(f"\nhtml: {html_out}")
+
+
+@main.command()
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--preset", default="small", show_default=True, type=click.Choice(["small", "casestudy"]))
+@click.option("--seed", default=0, show_default=True, type=int)
+@_exits
+def fixtures(out: str, preset: str, seed: int) -> None:
+    """Write deterministic synthetic satellite tiles under OUT."""
+    from pipeline.fixtures import write_fixtures
+
+    paths = write_fixtures(out, preset, seed)
+    click.echo(f"wrote {len(paths)} tiles under {out}")
+
+
+@main.command()
+@click.option("--workers", type=int, help="Local workers (default: one per core).")
+@click.option("-q", "--quiet", is_flag=True)
+@_exits
+def demo(workers: int | None, quiet: bool) -> None:
+    """The case study at fixture scale: fixtures, run, breakdown."""
+    from pipeline.demo import run_demo
+
+    _setup_logging(0, quiet)
+    sys.exit(run_demo(PROJECT_ROOT, workers=workers, echo=click.echo))
+
+
+@main.command()
+def doctor() -> None:
+    """Versions, GDAL drivers, CPU/GPU, CuPy, Dask."""
+    from pipeline.doctor import collect
+
+    for key, value in collect().items():
+        click.echo(f"{key:<14}{value}")

@@ -1,0 +1,370 @@
+"""The validated config model: ``load_config(path, overrides)``.
+
+Every problem is a :class:`~pipeline.errors.ConfigError` naming the key
+(dotted, as a user would write it in ``--set``) and what to do about it.
+Unknown keys are errors, never ignored. Relative paths in the file resolve
+against the file's folder; paths given with ``--set`` resolve against the
+working directory.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.errors import ConfigError
+
+RESAMPLING_METHODS = ("nearest", "bilinear", "cubic", "average", "mode", "min", "max", "median")
+FUSE_METHODS = ("first", "last", "min", "max", "mean")
+CODECS = ("zstd", "blosc", "gzip", "none")
+DEVICES = ("auto", "cpu", "gpu")
+ON_ERROR = ("skip", "fail")
+
+# Keys whose values are paths (resolved against the config folder or the cwd).
+_PATH_KEYS = {"inputs.paths", "inputs.index", "output.path", "report.path"}
+
+DEFAULTS: dict[str, Any] = {
+    "inputs": {
+        "paths": None,
+        "pattern": None,
+        "date_format": "%Y-%m-%d",
+        "bands": None,
+        "nodata": None,
+        "index": None,
+    },
+    "grid": {"crs": None, "resolution": None, "bounds": None},
+    "resampling": "average",
+    "fuse": "first",
+    "output": {
+        "path": None,
+        "chunks": {"y": 1024, "x": 1024},
+        "compression": {"codec": "zstd", "level": 3},
+    },
+    "execution": {
+        "scheduler": None,
+        "workers": "auto",
+        "threads_per_worker": 1,
+        "device": "auto",
+        "partition_mb": 64,
+        "retries": 2,
+        "on_error": "skip",
+    },
+    "report": {"path": None},
+}
+
+
+@dataclass(frozen=True)
+class InputsConfig:
+    paths: tuple[str, ...]
+    """Absolute glob patterns; ``**`` recurses."""
+    pattern: str
+    """Regex searched in each path (``/`` separators); named groups ``band`` (required), ``date``, ``tile``."""
+    date_format: str
+    """strptime format of the ``date`` group."""
+    bands: tuple[str, ...] | None
+    """Only these bands are read, in this order; None: every band found."""
+    nodata: float | None
+    """Nodata used when a file declares none."""
+    index: str | None
+    """Absolute path of the Parquet tile index to build/reuse, or None."""
+
+
+@dataclass(frozen=True)
+class GridConfig:
+    crs: str
+    """Target CRS as the user wrote it (validated)."""
+    resolution: tuple[float, float]
+    """Pixel size (x, y) in grid CRS units, both positive."""
+    bounds: tuple[float, float, float, float] | None
+    """(xmin, ymin, xmax, ymax) in the grid CRS, or None for the union of inputs."""
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    path: str
+    chunks_yx: tuple[int, int]
+    codec: str
+    level: int
+
+
+@dataclass(frozen=True)
+class ExecutionConfig:
+    scheduler: str | None
+    workers: int | None
+    """None means auto: one worker per core."""
+    threads_per_worker: int
+    device: str
+    partition_mb: float
+    retries: int
+    on_error: str
+
+
+@dataclass(frozen=True)
+class Config:
+    inputs: InputsConfig
+    grid: GridConfig
+    resampling: str
+    fuse: str
+    output: OutputConfig
+    execution: ExecutionConfig
+    report_path: str
+    source: str | None = field(default=None, compare=False)
+    """The config file this came from, for messages."""
+
+    def output_settings(self) -> dict[str, Any]:
+        """Every setting that changes the cube's bytes (not how it is computed), flat and dotted."""
+        flat: dict[str, Any] = {}
+        for section, value in (("inputs", asdict(self.inputs)), ("grid", asdict(self.grid)),
+                               ("output", asdict(self.output))):  # fmt: skip
+            for k, v in value.items():
+                if (section, k) not in (("inputs", "index"), ("output", "path")):
+                    flat[f"{section}.{k}"] = list(v) if isinstance(v, tuple) else v
+        flat["resampling"] = self.resampling
+        flat["fuse"] = self.fuse
+        return json.loads(json.dumps(flat, sort_keys=True, default=str))
+
+    def output_hash(self) -> str:
+        """Hash of :meth:`output_settings`."""
+        blob = json.dumps(self.output_settings(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def load_config(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML config, apply ``KEY=VALUE`` overrides, validate, resolve paths."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError("CONFIG", f"cannot read config file {path}: {e.strerror or e}") from e
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError("CONFIG", f"{path} is not valid YAML: {e}") from e
+    if not isinstance(raw, dict):
+        raise ConfigError("CONFIG", f"{path} must hold a mapping of sections, not {type(raw).__name__}")
+    base = path.resolve().parent
+    raw = _resolve_paths(raw, base)
+    for item in overrides:
+        raw = apply_override(raw, item)
+    return validate(raw, source=str(path))
+
+
+def apply_override(raw: dict[str, Any], item: str) -> dict[str, Any]:
+    """Return ``raw`` with one ``a.b=c`` override applied (value YAML-parsed, paths against cwd)."""
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(item, "an override must look like KEY=VALUE, e.g. execution.workers=4")
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError as e:
+        raise ConfigError(key, f"value {text!r} is not valid YAML: {e}") from e
+    if key in _PATH_KEYS:
+        value = _resolve_path_value(value, Path.cwd())
+    out = copy.deepcopy(raw)
+    node = out
+    parts = key.split(".")
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(".".join(parts[: i + 1]), "is a value, not a section; cannot set a key inside it")
+        node = child
+    node[parts[-1]] = value
+    return out
+
+
+def _resolve_path_value(value: Any, base: Path) -> Any:
+    if isinstance(value, str):
+        return value if os.path.isabs(value) else os.path.normpath(str(base / value))
+    if isinstance(value, list):
+        return [_resolve_path_value(v, base) for v in value]
+    return value
+
+
+def _resolve_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
+    out = copy.deepcopy(raw)
+    for key in _PATH_KEYS:
+        section, name = key.split(".")
+        node = out.get(section)
+        if isinstance(node, dict) and name in node:
+            node[name] = _resolve_path_value(node[name], base)
+    return out
+
+
+def _merge_defaults(raw: dict[str, Any]) -> dict[str, Any]:
+    """Defaults under the user's values; unknown keys are errors."""
+
+    def merge(defaults: dict[str, Any], given: dict[str, Any], prefix: str) -> dict[str, Any]:
+        merged = copy.deepcopy(defaults)
+        for k, v in given.items():
+            dotted = f"{prefix}{k}"
+            if k not in defaults:
+                known = ", ".join(sorted(defaults))
+                raise ConfigError(dotted, f"unknown key (known here: {known})")
+            if isinstance(defaults[k], dict) and k not in ("chunks",):
+                if v is None:
+                    continue
+                if not isinstance(v, dict):
+                    raise ConfigError(dotted, f"must be a mapping, got {v!r}")
+                merged[k] = merge(defaults[k], v, dotted + ".")
+            else:
+                merged[k] = v
+        return merged
+
+    return merge(DEFAULTS, raw, "")
+
+
+def _choice(value: Any, key: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ConfigError(key, f"must be one of {' | '.join(choices)}, got {value!r}")
+    return str(value)
+
+
+def _pos_int(value: Any, key: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(key, f"must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _pos_number(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(key, f"must be a positive number, got {value!r}")
+    return float(value)
+
+
+def validate_crs(value: Any, key: str) -> str:
+    """Check that ``value`` names a CRS (EPSG code, WKT, PROJ string); return it as given."""
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        raise ConfigError(key, f"must be a CRS such as 'EPSG:32632', got {value!r}")
+    from pyproj import CRS
+    from pyproj.exceptions import CRSError
+
+    try:
+        CRS.from_user_input(value)
+    except CRSError as e:
+        raise ConfigError(key, f"{value!r} is not a CRS pyproj/GDAL knows (try 'EPSG:32632'): {e}") from e
+    return str(value)
+
+
+def validate(raw: dict[str, Any], source: str | None = None) -> Config:
+    """Turn a raw (already path-resolved) mapping into a :class:`Config`."""
+    c = _merge_defaults(raw)
+    i, g, o, x = c["inputs"], c["grid"], c["output"], c["execution"]
+
+    paths = i["paths"]
+    if isinstance(paths, str):
+        paths = [paths]
+    if not paths or not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise ConfigError("inputs.paths", "must be a non-empty list of glob patterns")
+    pattern = i["pattern"]
+    if not isinstance(pattern, str) or not pattern:
+        raise ConfigError("inputs.pattern", "is required: a regex with a named group (?P<band>...)")
+    try:
+        rx = re.compile(pattern)
+    except re.error as e:
+        raise ConfigError("inputs.pattern", f"is not a valid regex: {e}") from e
+    if "band" not in rx.groupindex:
+        raise ConfigError("inputs.pattern", "needs a named group (?P<band>...) that captures the band name")
+    if not isinstance(i["date_format"], str):
+        raise ConfigError("inputs.date_format", "must be a strptime format such as '%Y-%m-%d'")
+    bands = i["bands"]
+    if bands is not None:
+        if isinstance(bands, str):
+            bands = [bands]
+        if not isinstance(bands, list) or not bands or not all(isinstance(b, (str, int)) for b in bands):
+            raise ConfigError("inputs.bands", "must be null or a non-empty list of band names")
+        bands = tuple(str(b) for b in bands)
+    nodata = i["nodata"]
+    if nodata is not None and (isinstance(nodata, bool) or not isinstance(nodata, (int, float))):
+        raise ConfigError("inputs.nodata", f"must be null or a number, got {nodata!r}")
+    index = i["index"]
+    if index is not None and not isinstance(index, str):
+        raise ConfigError("inputs.index", "must be null or a path to a .parquet file")
+
+    crs = validate_crs(g["crs"], "grid.crs") if g["crs"] is not None else None
+    if crs is None:
+        raise ConfigError("grid.crs", "is required, e.g. 'EPSG:32632'")
+    res = g["resolution"]
+    if isinstance(res, list) and len(res) == 2:
+        res_xy = (_pos_number(res[0], "grid.resolution"), _pos_number(res[1], "grid.resolution"))
+    else:
+        r = _pos_number(res, "grid.resolution")
+        res_xy = (r, r)
+    bounds = g["bounds"]
+    if bounds is not None:
+        if (
+            not isinstance(bounds, list)
+            or len(bounds) != 4
+            or not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds)
+        ):
+            raise ConfigError("grid.bounds", "must be null or [xmin, ymin, xmax, ymax]")
+        if not (bounds[0] < bounds[2] and bounds[1] < bounds[3]):
+            raise ConfigError("grid.bounds", f"needs xmin < xmax and ymin < ymax, got {bounds}")
+        bounds = tuple(float(b) for b in bounds)
+
+    resampling = _choice(c["resampling"], "resampling", RESAMPLING_METHODS)
+    fuse = _choice(c["fuse"], "fuse", FUSE_METHODS)
+
+    if not isinstance(o["path"], str) or not o["path"]:
+        raise ConfigError("output.path", "is required: where to write the Zarr store")
+    chunks = o["chunks"]
+    if not isinstance(chunks, dict) or set(chunks) - {"x", "y"}:
+        raise ConfigError("output.chunks", f"must be a mapping with keys y and x, got {chunks!r}")
+    chunks_yx = (
+        _pos_int(chunks.get("y", 1024), "output.chunks.y"),
+        _pos_int(chunks.get("x", 1024), "output.chunks.x"),
+    )
+    comp = o["compression"]
+    codec = _choice(comp.get("codec"), "output.compression.codec", CODECS)
+    level = comp.get("level")
+    if isinstance(level, bool) or not isinstance(level, int):
+        raise ConfigError("output.compression.level", f"must be an integer, got {level!r}")
+
+    scheduler = x["scheduler"]
+    if scheduler is not None and not isinstance(scheduler, str):
+        raise ConfigError("execution.scheduler", "must be null or an address like tcp://host:8786")
+    workers = None if x["workers"] in ("auto", None) else _pos_int(x["workers"], "execution.workers")
+    execution = ExecutionConfig(
+        scheduler=scheduler,
+        workers=workers,
+        threads_per_worker=_pos_int(x["threads_per_worker"], "execution.threads_per_worker"),
+        device=_choice(x["device"], "execution.device", DEVICES),
+        partition_mb=_pos_number(x["partition_mb"], "execution.partition_mb"),
+        retries=_pos_int(x["retries"], "execution.retries", minimum=0),
+        on_error=_choice(x["on_error"], "execution.on_error", ON_ERROR),
+    )
+
+    report_path = c["report"]["path"]
+    if report_path is None:
+        stem = o["path"][:-5] if o["path"].endswith(".zarr") else o["path"]
+        report_path = stem + ".report.json"
+    elif not isinstance(report_path, str):
+        raise ConfigError("report.path", "must be null or a file path")
+
+    return Config(
+        inputs=InputsConfig(
+            paths=tuple(paths),
+            pattern=pattern,
+            date_format=i["date_format"],
+            bands=bands,
+            nodata=None if nodata is None else float(nodata),
+            index=index,
+        ),
+        grid=GridConfig(crs=crs, resolution=res_xy, bounds=bounds),
+        resampling=resampling,
+        fuse=fuse,
+        output=OutputConfig(path=o["path"], chunks_yx=chunks_yx, codec=codec, level=level),
+        execution=execution,
+        report_path=report_path,
+        source=source,
+    )

@@ -1,0 +1,37 @@
+"""One root exception; each subclass also inherits the builtin it resembles.
+
+The CLI maps them onto exit codes: ``ConfigError`` -> 2, any other
+``PipelineError`` -> 1.
+"""
+
+from __future__ import annotations
+
+
+class PipelineError(Exception):
+    """Root of every error this package raises on purpose."""
+
+
+class ConfigError(PipelineError, ValueError):
+    """The config (or a --set override, or a CLI option) is wrong; the message names the key."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        self.key = key
+        self.problem = problem
+        super().__init__(f"config key '{key}': {problem}")
+
+
+class TileReadError(PipelineError, OSError):
+    """A tile could not be opened or read; the message names the file (and window)."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")
+
+
+class StoreError(PipelineError, OSError):
+    """The output store cannot be created, written, or resumed."""
+
+
+class DeviceError(PipelineError, RuntimeError):
+    """A device was requested that this machine cannot provide."""

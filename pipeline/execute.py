@@ -1,0 +1,230 @@
+"""Wiring only: index -> plan -> store template -> tasks on Dask -> finalize -> report.
+
+Every partition is submitted before any result is awaited; results are
+consumed with ``as_completed`` so no task blocks another.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline import __version__
+from pipeline.catalog import build_catalog
+from pipeline.config import Config
+from pipeline.device import choose_device
+from pipeline.plan import Plan, compute_plan
+from pipeline.report import StageClock, compute_diagnostics, compute_stages, summarise_workers, write_report
+from pipeline.task import TaskContext, run_partition
+from pipeline.errors import ConfigError
+from pipeline.write import create_store, finalize_store, journal_done, store_config
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RunResult:
+    report: dict[str, Any]
+    exit_code: int
+    """0: every input used; 3: done, but some inputs were skipped."""
+
+
+def plan_run(config: Config, clock: StageClock | None = None) -> tuple[Any, Plan]:
+    """Catalog and plan (no pixels read): shared by ``run`` and ``pipeline plan``."""
+    clock = clock or StageClock()
+    with clock.stage("index"):
+        catalog = build_catalog(config)
+    with clock.stage("plan"):
+        plan = compute_plan(
+            catalog.tiles,
+            crs=config.grid.crs,
+            res_xy=config.grid.resolution,
+            chunks_yx=config.output.chunks_yx,
+            bounds=config.grid.bounds,
+            resampling=config.resampling,
+            fuse=config.fuse,
+            partition_mb=config.execution.partition_mb,
+            bands_order=config.inputs.bands,
+            key_prefix=f"pipeline-{config.output_hash()}",
+        )
+    return catalog, plan
+
+
+def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
+    from distributed import Client, LocalCluster
+
+    if config.execution.scheduler:
+        return Client(config.execution.scheduler, timeout="30s"), None
+    n = config.execution.workers or os.cpu_count() or 1
+    n = max(1, min(n, n_partitions))
+    cluster = LocalCluster(
+        n_workers=n,
+        threads_per_worker=config.execution.threads_per_worker,
+        processes=True,
+        dashboard_address=None,
+        silence_logs=logging.ERROR,
+    )
+    return Client(cluster), cluster
+
+
+def summarise_plan(config: Config, catalog: Any, plan: Plan) -> dict[str, Any]:
+    """What ``pipeline plan`` prints: inputs, grid, chunks, tasks, bytes, advice."""
+    import statistics
+
+    costs = [p.cost_bytes / 1e6 for p in plan.partitions] or [0.0]
+    advice = []
+    workers = config.execution.workers or os.cpu_count() or 1
+    if len(plan.partitions) < 2 * workers:
+        advice.append(f"{len(plan.partitions)} tasks for {workers} workers: lower execution.partition_mb "
+                      "so every worker gets several")  # fmt: skip
+    if max(costs) > 3 * statistics.median(costs):
+        advice.append("the largest partition is over 3x the median: lower output.chunks to even them out")
+    if len(plan.partitions) > 100_000:
+        advice.append("over 100,000 tasks: raise execution.partition_mb to keep scheduling overhead small")
+    g = plan.grid
+    return {
+        "inputs": {"files": int(len(catalog.tiles)), "bytes": int(catalog.tiles["size"].sum()),
+                   "skipped": catalog.skipped},  # fmt: skip
+        "bands": [b.name for b in plan.bands],
+        "times": list(plan.times),
+        "grid": {"crs": g.crs, "res_xy": list(g.res_xy), "shape_yx": list(g.shape_yx),
+                 "chunks_yx": list(g.chunks_yx), "bounds": list(g.bounds), "transform": list(g.transform)},  # fmt: skip
+        "chunks": plan.n_chunks,
+        "jobs": plan.n_jobs,
+        "windows": plan.n_pairs,
+        "tasks": len(plan.partitions),
+        "partition_mb": {"target": config.execution.partition_mb, "median": statistics.median(costs),
+                         "max": max(costs)},  # fmt: skip
+        "bytes_to_read": plan.bytes_read,
+        "bytes_out": plan.bytes_out,
+        "levels_used": plan.levels_used,
+        "advice": advice,
+    }
+
+
+def _prepare_store(config: Config, plan: Plan, *, overwrite: bool, resume: bool) -> set[str]:
+    """Create the template, or check the existing store for --resume; return finished partition keys."""
+    path = config.output.path
+    if resume and os.path.exists(path):
+        attrs = store_config(path)
+        if attrs.get("pipeline_config_hash") != config.output_hash():
+            old = attrs.get("pipeline_settings") or {}
+            new = config.output_settings()
+            diff = [f"{k}: store has {old.get(k)!r}, config has {new.get(k)!r}"
+                    for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]  # fmt: skip
+            raise ConfigError("--resume", f"{path} was made with different settings: " + "; ".join(diff or ["unknown"]))
+        done = journal_done(path)
+        logger.info("resuming %s: %d of %d partitions already done", path, len(done), len(plan.partitions))
+        return done
+    create_store(
+        plan, path, codec=config.output.codec, level=config.output.level,
+        config_hash=config.output_hash(), settings=config.output_settings(), overwrite=overwrite,
+    )  # fmt: skip
+    return set()
+
+
+def run(config: Config, *, overwrite: bool = False, resume: bool = False, progress: bool = False) -> RunResult:
+    """The batch run. Raises PipelineError subclasses; returns the report and exit code."""
+    clock = StageClock()
+    catalog, plan = plan_run(config, clock)
+    device, reason = choose_device(config.execution.device)
+    config_hash = config.output_hash()
+    with clock.stage("write"):
+        done = _prepare_store(config, plan, overwrite=overwrite, resume=resume)
+    todo = [p for p in plan.partitions if p.key not in done]
+    ctx = TaskContext(
+        store_path=config.output.path,
+        grid_crs=plan.grid.crs,
+        grid_transform=plan.grid.transform,
+        bands=plan.bands,
+        resampling=plan.resampling,
+        fuse=plan.fuse,
+        on_error=config.execution.on_error,
+        device=device,
+    )
+    max_arg = max((len(pickle.dumps(p)) for p in todo), default=0)
+
+    records: list[dict[str, Any]] = []
+    client, cluster = _start_client(config, len(todo))
+    try:
+        info = client.scheduler_info(n_workers=-1)["workers"]
+        worker_names = [str(w.get("name", a)) for a, w in info.items()]
+        threads = sum(int(w.get("nthreads", 1)) for w in info.values()) or 1
+        t_exec = time.perf_counter()
+        futures = [
+            client.submit(run_partition, p, ctx, key=p.key, retries=config.execution.retries, pure=False)
+            for p in todo
+        ]
+        from distributed import as_completed
+        from tqdm import tqdm
+
+        with tqdm(total=len(futures), unit="task", disable=not progress, leave=False) as bar:
+            try:
+                for _, rec in as_completed(futures, with_results=True):
+                    records.append(rec)
+                    bar.update()
+            except BaseException:
+                client.cancel(futures)
+                raise
+        exec_wall = time.perf_counter() - t_exec
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+    with clock.stage("finalize"):
+        store_bytes = finalize_store(config.output.path)
+    records.sort(key=lambda r: r["index"])
+    skipped = list(catalog.skipped)
+    seen = {s["path"] for s in skipped}
+    for r in records:
+        for s in r.pop("skipped"):
+            if s["path"] not in seen:
+                seen.add(s["path"])
+                skipped.append(s)
+    degraded = sorted({c for r in records for c in r.pop("degraded_chunks")})
+    wall = clock.elapsed()
+    stages, stage_task_s = compute_stages(wall, clock.seconds, records, threads)
+    report: dict[str, Any] = {
+        "version": __version__,
+        "config": config.source,
+        "config_hash": config_hash,
+        "wall_s": wall,
+        "stages": stages,
+        "stage_task_s": stage_task_s,
+        "inputs": {
+            "files": int(len(catalog.tiles)),
+            "bytes": int(catalog.tiles["size"].sum()),
+            "bytes_read": int(sum(r["bytes_read"] for r in records)),
+            "skipped": skipped,
+            "headers_read": catalog.headers_read,
+        },
+        "output": {
+            "path": config.output.path,
+            "bytes": store_bytes,
+            "bytes_raw": plan.bytes_out,
+            "chunks_written": int(sum(r["chunks"] for r in records)),
+            "chunks_degraded": degraded,
+            "shape": {"time": len(plan.times), "y": plan.grid.shape_yx[0], "x": plan.grid.shape_yx[1]},
+            "bands": [b.name for b in plan.bands],
+        },
+        "plan": {"partitions": len(plan.partitions), "resumed_done": len(plan.partitions) - len(todo), "chunks": plan.n_chunks, "jobs": plan.n_jobs,
+                 "windows": plan.n_pairs, "bytes_to_read": plan.bytes_read,
+                 "partition_mb": config.execution.partition_mb, "levels_used": plan.levels_used},  # fmt: skip
+        "execution": {"scheduler": config.execution.scheduler or "local", "workers": len(worker_names),
+                      "threads": threads, "exec_wall_s": exec_wall, "max_task_arg_bytes": max_arg},  # fmt: skip
+        "tasks": records,
+        "workers": summarise_workers(records, worker_names),
+        "devices": {
+            "cpu": sum(r["device"] == "cpu" for r in records),
+            "gpu": sum(r["device"] == "gpu" for r in records),
+            "decisions": [{"task": r["id"], "device": r["device"], "reason": reason} for r in records],
+        },
+    }
+    report["diagnostics"] = compute_diagnostics(report, threads, exec_wall, max_arg, config.execution.device)
+    write_report(report, config.report_path)
+    return RunResult(report=report, exit_code=3 if skipped else 0)

@@ -1,0 +1,190 @@
+"""Deterministic synthetic Sentinel-2-like tiles.
+
+Each tile is a single-band COG (256-px internal tiles, ZSTD, internal average
+overviews, nodata=0) in UTM zone 31 or 32; the two zones' tile blocks overlap
+each other and straddle the zone boundary at 6°E. Pixel values are a smooth
+function of longitude/latitude (plus small seeded noise), so overlapping tiles
+agree and a reprojection error is measurable. Some tiles carry an orbit-edge
+nodata wedge. Same preset and seed: byte-identical files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+# Sentinel-2 MSI bands and their native pixel size in metres.
+S2_BANDS: dict[str, int] = {
+    "B01": 60, "B02": 10, "B03": 10, "B04": 10, "B05": 20, "B06": 20,
+    "B07": 20, "B08": 10, "B8A": 20, "B09": 60, "B11": 20, "B12": 20,
+}  # fmt: skip
+
+NODATA = 0
+CENTRE_LAT = 45.0
+ZONE_BOUNDARY_LON = 6.0
+
+
+@dataclass(frozen=True)
+class Preset:
+    bands: tuple[str, ...]
+    tile_m: int
+    """Tile edge in metres (a multiple of 60, so every band's grid is whole)."""
+    tiles_per_zone_xy: tuple[int, int]
+    dates: tuple[str, ...]
+    overlap_m: int
+
+
+PRESETS: dict[str, Preset] = {
+    "small": Preset(
+        bands=("B01", "B02", "B04", "B11"),
+        tile_m=3840,
+        tiles_per_zone_xy=(2, 1),
+        dates=("2024-06-01", "2024-06-11"),
+        overlap_m=480,
+    ),
+    # 2 zones x 2x2 tiles x 12 bands x 2 dates = 192 files: 1/1000 of the case study.
+    "casestudy": Preset(
+        bands=tuple(S2_BANDS),
+        tile_m=10980,
+        tiles_per_zone_xy=(2, 2),
+        dates=("2024-06-01", "2024-06-11"),
+        overlap_m=960,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class TileSpec:
+    name: str
+    epsg: int
+    x0: float
+    """West edge in the tile's UTM CRS."""
+    y0: float
+    """North edge in the tile's UTM CRS."""
+    orbit_edge_dates: tuple[int, ...]
+    """Indices of the dates on which this tile has an orbit-edge nodata wedge."""
+
+
+def compute_tile_specs(preset: Preset) -> list[TileSpec]:
+    """Tile footprints: a block per zone, each block straddling 6°E."""
+    from pyproj import Transformer
+
+    t, ov = preset.tile_m, preset.overlap_m
+    nx, ny = preset.tiles_per_zone_xy
+    block_w, block_h = nx * t - (nx - 1) * ov, ny * t - (ny - 1) * ov
+    specs = []
+    for zone, epsg in ((31, 32631), (32, 32632)):
+        tr = Transformer.from_crs("EPSG:4326", f"EPSG:{epsg}", always_xy=True)
+        bx, by = tr.transform(ZONE_BOUNDARY_LON, CENTRE_LAT)
+        # zone 31's block ends 40% of a tile east of the boundary; zone 32's starts 40% west of it.
+        left = bx + 0.4 * t - block_w if zone == 31 else bx - 0.4 * t
+        left = round(left / 60) * 60
+        top = round((by + block_h / 2) / 60) * 60
+        for j in range(ny):
+            for i in range(nx):
+                specs.append(
+                    TileSpec(
+                        name=f"T{zone}{'ABCDEFGH'[j]}{i}",
+                        epsg=epsg,
+                        x0=left + i * (t - ov),
+                        y0=top - j * (t - ov),
+                        # The easternmost zone-32 tiles see the swath edge on the second date.
+                        orbit_edge_dates=(1,) if zone == 32 and i == nx - 1 else (),
+                    )
+                )
+    return specs
+
+
+def compute_tile_values(
+    spec: TileSpec, band: str, date_idx: int, preset: Preset, seed: int
+) -> np.ndarray:
+    """The tile's pixel values (uint16): smooth in lon/lat, small seeded noise, nodata wedge."""
+    from pyproj import Transformer
+
+    res = S2_BANDS[band]
+    n = preset.tile_m // res
+    centres = (np.arange(n) + 0.5) * res
+    xx, yy = np.meshgrid(spec.x0 + centres, spec.y0 - centres)
+    tr = Transformer.from_crs(f"EPSG:{spec.epsg}", "EPSG:4326", always_xy=True)
+    lon, lat = tr.transform(xx, yy)
+    k = list(S2_BANDS).index(band)
+    phase = 0.7 * date_idx + 0.3 * k
+    value = (
+        2500.0
+        + 150.0 * k
+        + 900.0 * np.sin(2 * np.pi * lon / 0.061 + phase) * np.cos(2 * np.pi * lat / 0.043)
+        + 3000.0 * (lat - CENTRE_LAT)
+        + 200.0 * date_idx
+    )
+    rng = np.random.default_rng([seed, spec.epsg, int(spec.x0), int(spec.y0), k, date_idx])
+    value += rng.normal(0.0, 2.0, size=value.shape)
+    out = np.clip(np.rint(value), 1, 65535).astype(np.uint16)
+    if date_idx in spec.orbit_edge_dates:
+        # A diagonal swath edge through the east of the tile, in map units so every band agrees.
+        wedge = (xx - spec.x0) + 0.3 * (spec.y0 - yy) > 0.75 * preset.tile_m
+        out[wedge] = NODATA
+    return out
+
+
+def _write_one(job: tuple[str, TileSpec, str, int, Preset, int]) -> str:
+    import rasterio
+    from rasterio.transform import from_origin
+
+    path, spec, band, date_idx, preset, seed = job
+    values = compute_tile_values(spec, band, date_idx, preset, seed)
+    res = S2_BANDS[band]
+    profile = {
+        "driver": "COG",
+        "width": values.shape[1],
+        "height": values.shape[0],
+        "count": 1,
+        "dtype": "uint16",
+        "crs": f"EPSG:{spec.epsg}",
+        "transform": from_origin(spec.x0, spec.y0, res, res),
+        "nodata": NODATA,
+        "compress": "ZSTD",
+        "level": 9,
+        "predictor": 2,
+        "blocksize": 256,
+        "overview_resampling": "AVERAGE",
+    }
+    tmp = path + ".part"
+    with rasterio.Env(GDAL_NUM_THREADS=1), rasterio.open(tmp, "w", **profile) as dst:
+        dst.write(values, 1)
+        dst.update_tags(BAND=band, DATE=preset.dates[date_idx], TILE=spec.name)
+    os.replace(tmp, path)
+    return path
+
+
+def write_fixtures(out: str | os.PathLike[str], preset: str = "small", seed: int = 0,
+                   workers: int | None = None) -> list[str]:
+    """Write the preset's tiles under ``out/<date>/<tile>_<band>.tif``; return their paths.
+
+    Existing files are rewritten (the result is deterministic, so this is idempotent).
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    p = PRESETS[preset]
+    root = Path(out)
+    jobs = []
+    for d_idx, date in enumerate(p.dates):
+        (root / date).mkdir(parents=True, exist_ok=True)
+        for spec in compute_tile_specs(p):
+            for band in p.bands:
+                path = str(root / date / f"{spec.name}_{band}.tif")
+                jobs.append((path, spec, band, d_idx, p, seed))
+    workers = workers or min(len(jobs), os.cpu_count() or 1)
+    if workers <= 1:
+        paths = [_write_one(j) for j in jobs]
+    else:
+        with ProcessPoolExecutor(workers) as pool:
+            paths = list(pool.map(_write_one, jobs, chunksize=4))
+    logger.info("wrote %d tiles (%s preset, seed %d) under %s", len(paths), preset, seed, root)
+    return paths

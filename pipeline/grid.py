@@ -1,0 +1,147 @@
+"""The target grid: an immutable value object (crs, transform, shape_yx) and its chunk grid.
+
+Also the one place that transforms many points between CRSs at once
+(``transform_points``), used by the planner for footprints and windows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from affine import Affine
+
+from pipeline.errors import ConfigError
+
+
+@lru_cache(maxsize=64)
+def _transformer(src_crs: str, dst_crs: str):  # type: ignore[no-untyped-def]
+    from pyproj import Transformer
+
+    return Transformer.from_crs(src_crs, dst_crs, always_xy=True)
+
+
+def transform_points(src_crs: str, dst_crs: str, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorised point transform (x/y order whatever the CRS's axis order)."""
+    if src_crs == dst_crs:
+        return np.asarray(x, dtype="f8"), np.asarray(y, dtype="f8")
+    xo, yo = _transformer(src_crs, dst_crs).transform(np.asarray(x, "f8"), np.asarray(y, "f8"))
+    return np.asarray(xo), np.asarray(yo)
+
+
+def densify_boxes(boxes: np.ndarray, n: int = 9) -> tuple[np.ndarray, np.ndarray]:
+    """Points along the edges of ``boxes`` (N, 4: xmin, ymin, xmax, ymax): arrays (N, 4n)."""
+    s = np.linspace(0.0, 1.0, n)
+    x0, y0, x1, y1 = (boxes[:, i : i + 1] for i in range(4))
+    xs = np.concatenate([x0 + (x1 - x0) * s, np.broadcast_to(x1, (len(boxes), n)),
+                         x1 - (x1 - x0) * s, np.broadcast_to(x0, (len(boxes), n))], axis=1)  # fmt: skip
+    ys = np.concatenate([np.broadcast_to(y0, (len(boxes), n)), y0 + (y1 - y0) * s,
+                         np.broadcast_to(y1, (len(boxes), n)), y1 - (y1 - y0) * s], axis=1)  # fmt: skip
+    return xs, ys
+
+
+def transform_boxes(src_crs: str, dst_crs: str, boxes: np.ndarray, n: int = 9) -> np.ndarray:
+    """Bounding boxes in ``dst_crs`` of ``boxes`` in ``src_crs`` (edges densified); NaN if unprojectable."""
+    boxes = np.asarray(boxes, dtype="f8").reshape(-1, 4)
+    if src_crs == dst_crs:
+        return boxes.copy()
+    xs, ys = densify_boxes(boxes, n)
+    xo, yo = transform_points(src_crs, dst_crs, xs.ravel(), ys.ravel())
+    xo, yo = xo.reshape(xs.shape), yo.reshape(ys.shape)
+    bad = ~(np.isfinite(xo) & np.isfinite(yo))
+    xo, yo = np.where(bad, np.nan, xo), np.where(bad, np.nan, yo)
+    with np.errstate(invalid="ignore"), np.testing.suppress_warnings() as sup:
+        sup.filter(RuntimeWarning)
+        out = np.stack([np.nanmin(xo, 1), np.nanmin(yo, 1), np.nanmax(xo, 1), np.nanmax(yo, 1)], axis=1)
+    return out
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """A north-up target grid and its chunking. Compares and hashes by value."""
+
+    crs: str
+    """CRS as given in the config (any form pyproj accepts)."""
+    transform: tuple[float, float, float, float, float, float]
+    """Affine (a, b, c, d, e, f) in rasterio order; b = d = 0, e < 0."""
+    shape_yx: tuple[int, int]
+    """Pixels (rows, columns)."""
+    chunks_yx: tuple[int, int]
+    """Output chunk shape (rows, columns); the time chunk is 1."""
+
+    @property
+    def affine(self) -> Affine:
+        return Affine(*self.transform)
+
+    @property
+    def res_xy(self) -> tuple[float, float]:
+        return self.transform[0], -self.transform[4]
+
+    @property
+    def bounds(self) -> tuple[float, float, float, float]:
+        a, _, c, _, e, f = self.transform
+        h, w = self.shape_yx
+        return c, f + e * h, c + a * w, f
+
+    @property
+    def n_chunks_yx(self) -> tuple[int, int]:
+        return math.ceil(self.shape_yx[0] / self.chunks_yx[0]), math.ceil(self.shape_yx[1] / self.chunks_yx[1])
+
+    def chunk_window(self, cy: int, cx: int) -> tuple[int, int, int, int]:
+        """(row_off, col_off, height, width) of chunk (cy, cx); edge chunks are clipped."""
+        ch, cw = self.chunks_yx
+        y0, x0 = cy * ch, cx * cw
+        return y0, x0, min(ch, self.shape_yx[0] - y0), min(cw, self.shape_yx[1] - x0)
+
+    def window_transform(self, row_off: int, col_off: int) -> Affine:
+        return self.affine * Affine.translation(col_off, row_off)
+
+    def chunk_boxes(self) -> np.ndarray:
+        """Map bounds of every chunk, shape (ny, nx, 4) as (xmin, ymin, xmax, ymax)."""
+        a, _, c, _, e, f = self.transform
+        ny, nx = self.n_chunks_yx
+        ch, cw = self.chunks_yx
+        h, w = self.shape_yx
+        x_edges = c + a * np.minimum(np.arange(nx + 1) * cw, w).astype("f8")
+        y_edges = f + e * np.minimum(np.arange(ny + 1) * ch, h).astype("f8")
+        xmin = np.broadcast_to(x_edges[None, :-1], (ny, nx))
+        xmax = np.broadcast_to(x_edges[None, 1:], (ny, nx))
+        ymin = np.broadcast_to(y_edges[1:, None], (ny, nx))
+        ymax = np.broadcast_to(y_edges[:-1, None], (ny, nx))
+        return np.stack([xmin, ymin, xmax, ymax], axis=-1)
+
+    def x_coords(self) -> np.ndarray:
+        """Pixel-centre x coordinates."""
+        a, _, c = self.transform[:3]
+        return c + a * (np.arange(self.shape_yx[1]) + 0.5)
+
+    def y_coords(self) -> np.ndarray:
+        """Pixel-centre y coordinates (descending)."""
+        e, f = self.transform[4:]
+        return f + e * (np.arange(self.shape_yx[0]) + 0.5)
+
+
+def compute_grid(
+    crs: str,
+    res_xy: tuple[float, float],
+    chunks_yx: tuple[int, int],
+    bounds: tuple[float, float, float, float],
+) -> GridSpec:
+    """A grid covering ``bounds``, its edges snapped outward to multiples of the resolution."""
+    rx, ry = res_xy
+    xmin, ymin, xmax, ymax = bounds
+    if not all(map(math.isfinite, bounds)):
+        raise ConfigError("grid.bounds", f"inputs could not be projected into {crs}; set grid.bounds")
+    # Snap outward, tolerating float noise so an already-aligned bound stays put.
+    x0 = math.floor(xmin / rx + 1e-9) * rx
+    x1 = math.ceil(xmax / rx - 1e-9) * rx
+    y0 = math.floor(ymin / ry + 1e-9) * ry
+    y1 = math.ceil(ymax / ry - 1e-9) * ry
+    width, height = round((x1 - x0) / rx), round((y1 - y0) / ry)
+    if width <= 0 or height <= 0:
+        raise ConfigError("grid.bounds", f"gives an empty grid ({width}x{height} pixels)")
+    if width * height > 2**40:
+        raise ConfigError("grid.resolution", f"gives a {width}x{height} grid; is the resolution in the CRS's units?")
+    return GridSpec(crs=crs, transform=(rx, 0.0, x0, 0.0, -ry, y1), shape_yx=(height, width), chunks_yx=chunks_yx)

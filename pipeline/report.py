@@ -1,0 +1,237 @@
+"""Where the time went: stage timers in; JSON, a text table and diagnostics out.
+
+Stage accounting
+----------------
+``stages`` are wall-clock seconds that add up to ``wall_s``:
+
+* ``index``, ``plan``, ``finalize`` run on the driver and are timed directly;
+  ``write`` also gets the driver's time to create the store template.
+* During the parallel phase, ``T`` worker threads run tasks. A task-second
+  spent reading is 1/T of a wall-second of the whole cluster, so each of
+  ``read``, ``resample`` and ``write`` gets ``task_seconds / T`` wall seconds.
+* ``overhead`` is the rest: cluster start, scheduling, transfers, idle
+  threads and the driver's bookkeeping. A large overhead is idle capacity.
+
+``stage_task_s`` are the same stages as summed task-seconds across workers
+(driver stages count once; ``overhead`` there is time inside tasks not spent
+in read/resample/write).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+STAGES = ("index", "plan", "read", "resample", "write", "finalize", "overhead")
+TASK_STAGES = ("read", "resample", "write")
+
+
+class StageClock:
+    """Wall-clock timer per driver stage: ``with clock.stage("plan"): ...``."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - t
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+
+def compute_stages(
+    wall_s: float, driver_s: dict[str, float], tasks: list[dict[str, Any]], threads: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """(stages, stage_task_s) as described in the module docstring."""
+    task_s = {s: sum(t[f"{s}_s"] for t in tasks) for s in TASK_STAGES}
+    inside = sum(t["end"] - t["start"] for t in tasks) - sum(task_s.values())
+    stages = {s: float(driver_s.get(s, 0.0)) for s in ("index", "plan", "finalize")}
+    for s in TASK_STAGES:
+        stages[s] = task_s[s] / max(threads, 1) + float(driver_s.get(s, 0.0))
+    stages["overhead"] = max(wall_s - sum(stages.values()), 0.0)
+    stage_task_s = {s: float(driver_s.get(s, 0.0)) for s in ("index", "plan", "finalize")}
+    stage_task_s.update({s: task_s[s] + float(driver_s.get(s, 0.0)) for s in TASK_STAGES})
+    stage_task_s["overhead"] = max(inside, 0.0)
+    return {s: stages[s] for s in STAGES}, {s: stage_task_s[s] for s in STAGES}
+
+
+def summarise_workers(tasks: list[dict[str, Any]], names: list[str]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {n: {"tasks": 0, "busy_s": 0.0} for n in names}
+    for t in tasks:
+        w = out.setdefault(t["worker"], {"tasks": 0, "busy_s": 0.0})
+        w["tasks"] += 1
+        w["busy_s"] += t["end"] - t["start"]
+    return out
+
+
+def max_concurrency(tasks: list[dict[str, Any]]) -> int:
+    events = sorted([(t["start"], 1) for t in tasks] + [(t["end"], -1) for t in tasks])
+    best = cur = 0
+    for _, d in events:
+        cur += d
+        best = max(best, cur)
+    return best
+
+
+def _check(check: str, warn: bool, detail: str, advice: str) -> dict[str, str]:
+    return {"check": check, "status": "warn" if warn else "ok", "detail": detail, "advice": advice if warn else ""}
+
+
+def compute_diagnostics(report: dict[str, Any], threads: int, exec_wall_s: float,
+                        max_task_arg_bytes: int, device_requested: str) -> list[dict[str, str]]:  # fmt: skip
+    """One entry per check, from the run's own numbers."""
+    tasks = report["tasks"]
+    n = len(tasks)
+    durations = [t["end"] - t["start"] for t in tasks]
+    med = statistics.median(durations) if durations else 0.0
+    workers = report["workers"]
+    used = [w for w, v in workers.items() if v["tasks"] > 0]
+    out = []
+
+    out.append(_check(
+        "workers_used", len(workers) > 1 and len(used) <= 1 and n > 1,
+        f"{len(used)} of {len(workers)} workers ran tasks",
+        "tasks all landed on one worker: check for a resource request only one worker can satisfy, "
+        "or fewer partitions than workers (lower execution.partition_mb)",
+    ))  # fmt: skip
+
+    # Per-task overhead: the gaps between consecutive tasks on a worker (dispatch, transfer, idle).
+    gaps: list[float] = []
+    by_worker: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for t in tasks:
+        by_worker[t["worker"]].append(t)
+    for ts in by_worker.values():
+        ts.sort(key=lambda t: t["start"])
+        gaps += [max(b["start"] - a["end"], 0.0) for a, b in zip(ts, ts[1:], strict=False)]
+    inside = [d - (t["read_s"] + t["resample_s"] + t["write_s"]) for t, d in zip(tasks, durations, strict=True)]
+    per_task_overhead = (statistics.median(gaps) if gaps else 0.0) + (statistics.median(inside) if inside else 0.0)
+    share = per_task_overhead / med if med > 0 else 0.0
+    out.append(_check(
+        "task_overhead", n > 1 and share > 0.05,
+        f"per-task overhead {per_task_overhead * 1e3:.1f} ms against a median task of {med * 1e3:.1f} ms "
+        f"({share:.1%})",
+        "tasks are too small for their scheduling cost: raise execution.partition_mb",
+    ))  # fmt: skip
+
+    stragglers = [t for t, d in zip(tasks, durations, strict=True) if med > 0 and d > 3 * med]
+    tail = max(durations) / med if med > 0 else 1.0
+    out.append(_check(
+        "long_tail", bool(stragglers) and n > 2,
+        f"{len(stragglers)} task(s) over 3x the median ({med:.2f} s); longest {tail:.1f}x"
+        + (f": {', '.join(t['id'] for t in stragglers[:3])}" if stragglers else ""),
+        "uneven partitions: lower execution.partition_mb or output.chunks so large work splits",
+    ))  # fmt: skip
+
+    out.append(_check(
+        "task_args_size", max_task_arg_bytes > 64 * 1024,
+        f"largest task argument {max_task_arg_bytes / 1024:.1f} KiB",
+        "tasks should carry paths and windows, not arrays or whole tables",
+    ))  # fmt: skip
+
+    conc = max_concurrency(tasks)
+    out.append(_check(
+        "blocking", threads > 1 and n >= 2 and conc <= 1,
+        f"at most {conc} task(s) ran at once on {threads} worker thread(s)",
+        "independent tasks ran one after another: submit all partitions before waiting on any",
+    ))  # fmt: skip
+
+    dev = report["devices"]
+    gpu_wanted = device_requested == "gpu" or any(d["device"] == "gpu" for d in dev["decisions"])
+    out.append(_check(
+        "gpu_ran", gpu_wanted and dev["gpu"] == 0,
+        f"{dev['gpu']} of {n} tasks on the GPU"
+        + (f"; {dev['decisions'][0]['reason']}" if dev["decisions"] else ""),
+        "the GPU was chosen but no task ran there: check worker GPU resources and CuPy",
+    ))  # fmt: skip
+
+    st = report["stage_task_s"]
+    io = st["read"] + st["write"]
+    compute = st["resample"]
+    total = io + compute
+    io_share = io / total if total else 0.0
+    bound = "I/O-bound" if io_share >= 0.5 else "compute-bound"
+    out.append(_check(
+        "io_vs_compute", False,
+        f"{bound}: read+write {io_share:.0%} of task time, resample {1 - io_share:.0%}",
+        "",
+    ) | {"advice": (
+        "more workers help while storage keeps up; faster storage or fewer bytes (overviews, "
+        "compression) help more" if io_share >= 0.5 else
+        "more workers/cores or the GPU help: resampling dominates"
+    )})  # fmt: skip
+
+    idle = {w: 1 - v["busy_s"] / exec_wall_s for w, v in workers.items() if exec_wall_s > 0}
+    idle_bad = {w: s for w, s in idle.items() if s > 0.5}
+    out.append(_check(
+        "idle_workers", n >= 2 * max(len(workers), 1) and bool(idle_bad),
+        "idle share per worker: " + ", ".join(f"{w} {s:.0%}" for w, s in sorted(idle.items())),
+        "workers sat idle while work remained: more, smaller partitions or fewer workers",
+    ))  # fmt: skip
+    return out
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The human-readable breakdown printed at the end of a run."""
+    wall = report["wall_s"]
+    mb_read = report["inputs"]["bytes_read"] / 1e6
+    mb_out = report["output"]["bytes_raw"] / 1e6
+    files = report["inputs"]["files"]
+    lines = [f"wall {wall:.2f} s   inputs {files} files, {mb_read:.1f} MB read   "
+             f"output {mb_out:.1f} MB raw, {report['output']['bytes'] / 1e6:.1f} MB stored",
+             "", f"{'stage':<10}{'wall s':>9}{'share':>8}{'task s':>9}{'MB/s':>9}{'files/s':>9}"]  # fmt: skip
+    for s in STAGES:
+        sec = report["stages"][s]
+        rate = files_rate = ""
+        if s == "read" and sec > 0:
+            rate, files_rate = f"{mb_read / sec:9.1f}", f"{files / sec:9.1f}"
+        elif s in ("resample", "write") and sec > 0:
+            rate = f"{mb_out / sec:9.1f}"
+        elif s == "index" and sec > 0:
+            files_rate = f"{files / sec:9.1f}"
+        lines.append(
+            f"{s:<10}{sec:9.2f}{sec / wall if wall else 0:8.1%}{report['stage_task_s'][s]:9.2f}"
+            f"{rate or '':>9}{files_rate or '':>9}"
+        )
+    lines.append("")
+    lines.append("tasks per worker: " + ", ".join(
+        f"{w}: {v['tasks']} ({v['busy_s']:.1f} s busy)" for w, v in sorted(report["workers"].items())
+    ))  # fmt: skip
+    dev = report["devices"]
+    reason = dev["decisions"][0]["reason"] if dev["decisions"] else ""
+    lines.append(f"devices: cpu {dev['cpu']} tasks, gpu {dev['gpu']} tasks ({reason})")
+    if report["inputs"]["skipped"]:
+        lines.append(f"skipped inputs: {len(report['inputs']['skipped'])}")
+        lines += [f"  {s['path']}: {s['error']}" for s in report["inputs"]["skipped"][:10]]
+    lines.append("")
+    for d in report["diagnostics"]:
+        mark = "ok  " if d["status"] == "ok" else "WARN"
+        lines.append(f"[{mark}] {d['check']}: {d['detail']}")
+        if d["status"] == "warn" and d["advice"]:
+            lines.append(f"       -> {d['advice']}")
+    return "\n".join(lines)
+
+
+def write_report(report: dict[str, Any], path: str) -> None:
+    import os
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(report, f, indent=1, default=str)
+    os.replace(tmp, path)
+
+
+def read_report(path: str) -> dict[str, Any]:
+    with open(path) as f:
+        return json.load(f)

@@ -1,0 +1,9 @@
+"""Pure array kernels, one implementation for NumPy and CuPy (``xp``).
+
+Nothing geospatial is imported here: no rasterio, pyproj, dask, zarr or
+xarray. Callers hand in arrays and plain numbers.
+"""
+
+from pipeline.resample.fuse import fuse_arrays, valid_mask
+
+__all__ = ["fuse_arrays", "valid_mask"]
