@@ -122,8 +122,10 @@ def plan(config: str, sets: tuple[str, ...], as_json: bool, verbose: int) -> Non
                f"bounds {g['bounds']}")  # fmt: skip
     click.echo(f"chunks      {summary['chunks']} in the cube ({g['chunks_yx'][0]}x{g['chunks_yx'][1]}), "
                f"{summary['jobs']} with data, {summary['windows']} source windows")  # fmt: skip
-    click.echo(f"tasks       {summary['tasks']} partitions of ~{cfg.execution.partition_mb:g} MB "
-               f"(median {summary['partition_mb']['median']:.1f} MB, max {summary['partition_mb']['max']:.1f} MB)")
+    click.echo(
+        f"tasks       {summary['tasks']} partitions of ~{cfg.execution.partition_mb:g} MB "
+        f"(median {summary['partition_mb']['median']:.1f} MB, max {summary['partition_mb']['max']:.1f} MB)"
+    )
     click.echo(f"bytes       read {summary['bytes_to_read'] / 1e6:.1f} MB, write {summary['bytes_out'] / 1e6:.1f} MB "
                f"raw; overview levels {summary['levels_used']}")  # fmt: skip
     for line in summary["advice"]:

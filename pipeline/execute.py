@@ -17,10 +17,10 @@ from pipeline import __version__
 from pipeline.catalog import build_catalog
 from pipeline.config import Config
 from pipeline.device import choose_device
+from pipeline.errors import ConfigError
 from pipeline.plan import Plan, compute_plan
 from pipeline.report import StageClock, compute_diagnostics, compute_stages, summarise_workers, write_report
 from pipeline.task import TaskContext, run_partition
-from pipeline.errors import ConfigError
 from pipeline.write import create_store, finalize_store, journal_done, store_config
 
 logger = logging.getLogger(__name__)
@@ -87,18 +87,30 @@ def summarise_plan(config: Config, catalog: Any, plan: Plan) -> dict[str, Any]:
         advice.append("over 100,000 tasks: raise execution.partition_mb to keep scheduling overhead small")
     g = plan.grid
     return {
-        "inputs": {"files": int(len(catalog.tiles)), "bytes": int(catalog.tiles["size"].sum()),
-                   "skipped": catalog.skipped},  # fmt: skip
+        "inputs": {
+            "files": int(len(catalog.tiles)),
+            "bytes": int(catalog.tiles["size"].sum()),
+            "skipped": catalog.skipped,
+        },  # fmt: skip
         "bands": [b.name for b in plan.bands],
         "times": list(plan.times),
-        "grid": {"crs": g.crs, "res_xy": list(g.res_xy), "shape_yx": list(g.shape_yx),
-                 "chunks_yx": list(g.chunks_yx), "bounds": list(g.bounds), "transform": list(g.transform)},  # fmt: skip
+        "grid": {
+            "crs": g.crs,
+            "res_xy": list(g.res_xy),
+            "shape_yx": list(g.shape_yx),
+            "chunks_yx": list(g.chunks_yx),
+            "bounds": list(g.bounds),
+            "transform": list(g.transform),
+        },  # fmt: skip
         "chunks": plan.n_chunks,
         "jobs": plan.n_jobs,
         "windows": plan.n_pairs,
         "tasks": len(plan.partitions),
-        "partition_mb": {"target": config.execution.partition_mb, "median": statistics.median(costs),
-                         "max": max(costs)},  # fmt: skip
+        "partition_mb": {
+            "target": config.execution.partition_mb,
+            "median": statistics.median(costs),
+            "max": max(costs),
+        },  # fmt: skip
         "bytes_to_read": plan.bytes_read,
         "bytes_out": plan.bytes_out,
         "levels_used": plan.levels_used,
@@ -156,8 +168,7 @@ def run(config: Config, *, overwrite: bool = False, resume: bool = False, progre
         threads = sum(int(w.get("nthreads", 1)) for w in info.values()) or 1
         t_exec = time.perf_counter()
         futures = [
-            client.submit(run_partition, p, ctx, key=p.key, retries=config.execution.retries, pure=False)
-            for p in todo
+            client.submit(run_partition, p, ctx, key=p.key, retries=config.execution.retries, pure=False) for p in todo
         ]
         from distributed import as_completed
         from tqdm import tqdm
@@ -212,11 +223,23 @@ def run(config: Config, *, overwrite: bool = False, resume: bool = False, progre
             "shape": {"time": len(plan.times), "y": plan.grid.shape_yx[0], "x": plan.grid.shape_yx[1]},
             "bands": [b.name for b in plan.bands],
         },
-        "plan": {"partitions": len(plan.partitions), "resumed_done": len(plan.partitions) - len(todo), "chunks": plan.n_chunks, "jobs": plan.n_jobs,
-                 "windows": plan.n_pairs, "bytes_to_read": plan.bytes_read,
-                 "partition_mb": config.execution.partition_mb, "levels_used": plan.levels_used},  # fmt: skip
-        "execution": {"scheduler": config.execution.scheduler or "local", "workers": len(worker_names),
-                      "threads": threads, "exec_wall_s": exec_wall, "max_task_arg_bytes": max_arg},  # fmt: skip
+        "plan": {
+            "partitions": len(plan.partitions),
+            "resumed_done": len(plan.partitions) - len(todo),
+            "chunks": plan.n_chunks,
+            "jobs": plan.n_jobs,
+            "windows": plan.n_pairs,
+            "bytes_to_read": plan.bytes_read,
+            "partition_mb": config.execution.partition_mb,
+            "levels_used": plan.levels_used,
+        },  # fmt: skip
+        "execution": {
+            "scheduler": config.execution.scheduler or "local",
+            "workers": len(worker_names),
+            "threads": threads,
+            "exec_wall_s": exec_wall,
+            "max_task_arg_bytes": max_arg,
+        },  # fmt: skip
         "tasks": records,
         "workers": summarise_workers(records, worker_names),
         "devices": {

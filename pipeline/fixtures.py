@@ -102,9 +102,7 @@ def compute_tile_specs(preset: Preset) -> list[TileSpec]:
     return specs
 
 
-def compute_tile_values(
-    spec: TileSpec, band: str, date_idx: int, preset: Preset, seed: int
-) -> np.ndarray:
+def compute_tile_values(spec: TileSpec, band: str, date_idx: int, preset: Preset, seed: int) -> np.ndarray:
     """The tile's pixel values (uint16): smooth in lon/lat, small seeded noise, nodata wedge."""
     from pyproj import Transformer
 
@@ -163,8 +161,9 @@ def _write_one(job: tuple[str, TileSpec, str, int, Preset, int]) -> str:
     return path
 
 
-def write_fixtures(out: str | os.PathLike[str], preset: str = "small", seed: int = 0,
-                   workers: int | None = None) -> list[str]:
+def write_fixtures(
+    out: str | os.PathLike[str], preset: str = "small", seed: int = 0, workers: int | None = None
+) -> list[str]:
     """Write the preset's tiles under ``out/<date>/<tile>_<band>.tif``; return their paths.
 
     Existing files are rewritten (the result is deterministic, so this is idempotent).

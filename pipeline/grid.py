@@ -7,6 +7,7 @@ Also the one place that transforms many points between CRSs at once
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -52,10 +53,18 @@ def transform_boxes(src_crs: str, dst_crs: str, boxes: np.ndarray, n: int = 9) -
     xo, yo = xo.reshape(xs.shape), yo.reshape(ys.shape)
     bad = ~(np.isfinite(xo) & np.isfinite(yo))
     xo, yo = np.where(bad, np.nan, xo), np.where(bad, np.nan, yo)
-    with np.errstate(invalid="ignore"), np.testing.suppress_warnings() as sup:
-        sup.filter(RuntimeWarning)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: unprojectable boxes stay NaN
         out = np.stack([np.nanmin(xo, 1), np.nanmin(yo, 1), np.nanmax(xo, 1), np.nanmax(yo, 1)], axis=1)
     return out
+
+
+def offset_transform(
+    t: tuple[float, ...], row_off: float, col_off: float
+) -> tuple[float, float, float, float, float, float]:
+    """Affine ``t`` moved to pixel (row_off, col_off): the transform of a window starting there."""
+    a, b, c, d, e, f = t[:6]
+    return (a, b, c + a * col_off + b * row_off, d, e, f + d * col_off + e * row_off)
 
 
 @dataclass(frozen=True)
@@ -95,8 +104,9 @@ class GridSpec:
         y0, x0 = cy * ch, cx * cw
         return y0, x0, min(ch, self.shape_yx[0] - y0), min(cw, self.shape_yx[1] - x0)
 
-    def window_transform(self, row_off: int, col_off: int) -> Affine:
-        return self.affine * Affine.translation(col_off, row_off)
+    def window_transform(self, row_off: int, col_off: int) -> tuple[float, float, float, float, float, float]:
+        """Transform of a window whose top-left pixel is (row_off, col_off)."""
+        return offset_transform(self.transform, row_off, col_off)
 
     def chunk_boxes(self) -> np.ndarray:
         """Map bounds of every chunk, shape (ny, nx, 4) as (xmin, ymin, xmax, ymax)."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from pipeline.grid import GridSpec, compute_grid, transform_boxes, transform_points
+from pipeline.grid import GridSpec, compute_grid, offset_transform, transform_boxes, transform_points
 
 # Source pixels of padding around each window, per method (kernel support + 1 for rounding).
 KERNEL_PAD = {"nearest": 1, "bilinear": 2, "cubic": 3, "average": 2, "mode": 2, "min": 2, "max": 2, "median": 2}
@@ -209,10 +209,11 @@ def compute_plan(
     ny, nx = grid.n_chunks_yx
     ok = np.all(np.isfinite(footprints), axis=1)
     with np.errstate(invalid="ignore"):
+        # Upper ends exclusive: a footprint that only touches a chunk's edge does not overlap it.
         cx0 = np.floor((footprints[:, 0] - c) / (a * cw))
-        cx1 = np.floor((footprints[:, 2] - c) / (a * cw))
+        cx1 = np.ceil((footprints[:, 2] - c) / (a * cw)) - 1
         cy0 = np.floor((footprints[:, 3] - f) / (e * ch))
-        cy1 = np.floor((footprints[:, 1] - f) / (e * ch))
+        cy1 = np.ceil((footprints[:, 1] - f) / (e * ch)) - 1
     cx0, cx1 = np.clip(np.nan_to_num(cx0), 0, nx - 1), np.clip(np.nan_to_num(cx1), 0, nx - 1)
     cy0, cy1 = np.clip(np.nan_to_num(cy0), 0, ny - 1), np.clip(np.nan_to_num(cy1), 0, ny - 1)
     ok &= (footprints[:, 2] > grid.bounds[0]) & (footprints[:, 0] < grid.bounds[2])
@@ -261,9 +262,7 @@ def compute_plan(
 
     paths, nodata = tiles["path"].to_numpy(), tiles["nodata"].to_numpy("f8")
     jobs: list[ChunkJob] = []
-    bounds_idx = np.flatnonzero(
-        np.diff(np.stack([pair_t, pair_band, pair_cy, pair_cx]), axis=1).any(axis=0)
-    ) + 1
+    bounds_idx = np.flatnonzero(np.diff(np.stack([pair_t, pair_band, pair_cy, pair_cx]), axis=1).any(axis=0)) + 1
     starts = np.concatenate([[0], bounds_idx]) if len(tile_of) else np.array([], dtype=np.int64)
     ends = np.concatenate([bounds_idx, [len(tile_of)]]) if len(tile_of) else np.array([], dtype=np.int64)
     for s, end in zip(starts, ends, strict=True):
@@ -273,13 +272,13 @@ def compute_plan(
         for p in range(s, end):
             i = tile_of[p]
             r0, c0, r1, c1 = (int(v) for v in win[p])
-            ta = [float(v) for v in aff[i]]
+            ta = tuple(float(v) for v in aff[i])
             sources.append(
                 SourceWindow(
                     path=str(paths[i]),
                     overview_level=int(levels[i]),
                     window=(r0, c0, r1 - r0, c1 - c0),
-                    transform=(ta[0], ta[1], ta[2] + c0 * ta[0], ta[3], ta[4], ta[5] + r0 * ta[4]),
+                    transform=offset_transform(ta, r0, c0),
                     crs=str(tile_crs[i]),
                     nodata=float(nodata[i]),
                 )
@@ -292,9 +291,7 @@ def compute_plan(
 
     partitions = pack_partitions(jobs, partition_mb * 1e6, key_prefix)
     ny_, nx_ = grid.n_chunks_yx
-    level_names = {-1: "full"} | {
-        i: f"overview {i}" for i in range(int(levels.max()) + 1 if len(levels) else 0)
-    }
+    level_names = {-1: "full"} | {i: f"overview {i}" for i in range(int(levels.max()) + 1 if len(levels) else 0)}
     used_levels = levels[np.unique(tile_of)] if len(tile_of) else levels[:0]
     return Plan(
         grid=grid,
@@ -308,7 +305,9 @@ def compute_plan(
         n_pairs=len(tile_of),
         bytes_read=int(pair_bytes.sum()),
         bytes_out=int(sum(int(np.prod(grid.shape_yx)) * len(times) * np.dtype(b.dtype).itemsize for b in bands)),
-        levels_used={level_names[int(v)]: int(n) for v, n in zip(*np.unique(used_levels, return_counts=True), strict=True)},
+        levels_used={
+            level_names[int(v)]: int(n) for v, n in zip(*np.unique(used_levels, return_counts=True), strict=True)
+        },
     )
 
 

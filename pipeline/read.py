@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import TileReadError
+from pipeline.grid import offset_transform
 from pipeline.plan import SourceWindow
 
 MAX_OPEN_FILES = 64
@@ -60,7 +61,7 @@ def read_window(src: SourceWindow) -> np.ndarray:
     try:
         ds = _open_dataset(src.path, src.overview_level)
         t = ds.transform
-        x0, y0 = t * (c0, r0)
+        _, _, x0, _, _, y0 = offset_transform(tuple(t)[:6], r0, c0)
         if abs(x0 - src.transform[2]) > abs(t.a) * 1e-3 or abs(y0 - src.transform[5]) > abs(t.e) * 1e-3:
             raise TileReadError(
                 src.path, f"georeferencing changed since it was indexed ({where}); rerun `pipeline index`"

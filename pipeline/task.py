@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.errors import TileReadError
+from pipeline.grid import offset_transform
 from pipeline.plan import BandSpec, Partition
 from pipeline.read import read_window
 from pipeline.resample import fuse_arrays
@@ -44,8 +45,6 @@ def _worker_name() -> str:
 
 def run_partition(partition: Partition, ctx: TaskContext) -> dict[str, Any]:
     """Compute and write every chunk of ``partition``; return its timing record."""
-    from affine import Affine
-
     start = time.time()
     read_s = resample_s = write_s = 0.0
     bytes_read = bytes_written = 0
@@ -53,11 +52,10 @@ def run_partition(partition: Partition, ctx: TaskContext) -> dict[str, Any]:
     skipped: list[dict[str, str]] = []
     degraded: list[str] = []
     bands = {b.name: b for b in ctx.bands}
-    grid = Affine(*ctx.grid_transform)
     for job in partition.jobs:
         band = bands[job.band]
         r0, c0, h, w = job.window
-        dst_transform = tuple(grid * Affine.translation(c0, r0))[:6]
+        dst_transform = offset_transform(ctx.grid_transform, r0, c0)
         warped = []
         for src in job.sources:
             t0 = time.perf_counter()
@@ -71,9 +69,7 @@ def run_partition(partition: Partition, ctx: TaskContext) -> dict[str, Any]:
                 read_s += time.perf_counter() - t0
                 continue
             t1 = time.perf_counter()
-            warped.append(
-                warp_window(data, src, (h, w), dst_transform, ctx.grid_crs, band.nodata, ctx.resampling)
-            )
+            warped.append(warp_window(data, src, (h, w), dst_transform, ctx.grid_crs, band.nodata, ctx.resampling))
             t2 = time.perf_counter()
             read_s += t1 - t0
             resample_s += t2 - t1

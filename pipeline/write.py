@@ -76,10 +76,7 @@ def create_store(plan: Plan, path: str, *, codec: str, level: int, config_hash: 
         "y": grid.y_coords(),
         "x": grid.x_coords(),
     }
-    data_vars = {
-        b.name: (("time", "y", "x"), da.zeros(shape, dtype=b.dtype, chunks=(1, ch, cw)))
-        for b in plan.bands
-    }
+    data_vars = {b.name: (("time", "y", "x"), da.zeros(shape, dtype=b.dtype, chunks=(1, ch, cw))) for b in plan.bands}
     ds = xr.Dataset(data_vars, coords=coords)
     ds = ds.rio.write_crs(grid.crs).rio.write_transform(grid.affine)
     ds.spatial_ref.attrs["GeoTransform"] = " ".join(str(v) for v in grid.affine.to_gdal())

@@ -1,0 +1,40 @@
+# Every target that needs Python makes .venv first; a fresh clone needs only python3 and make.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help install test demo bench fixtures lint clean
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)  ## make .venv and install the project with dev tools
+
+test: $(STAMP)  ## run the test suite
+	$(BIN)/python -m pytest -q
+
+demo: $(STAMP)  ## the case study at fixture scale: fixtures, run, breakdown, projection
+	$(BIN)/pipeline demo
+
+bench: $(STAMP) fixtures  ## wall time, MB/s and Mpx/s of the case study with 1 and 2 workers
+	$(BIN)/python bench/run_bench.py
+
+fixtures: $(STAMP)  ## write the small and casestudy fixtures under data_fixtures/
+	@[ -d data_fixtures/small/2024-06-11 ] || $(BIN)/pipeline fixtures data_fixtures/small --preset small
+	@[ -d data_fixtures/casestudy/2024-06-11 ] || $(BIN)/pipeline fixtures data_fixtures/casestudy --preset casestudy
+
+lint: $(STAMP)  ## ruff and mypy
+	$(BIN)/ruff check pipeline tests bench
+	$(BIN)/ruff format --check pipeline tests bench
+	$(BIN)/mypy
+
+clean:  ## remove outputs and generated fixtures (keeps .venv)
+	rm -rf out data_fixtures/small data_fixtures/casestudy .pytest_cache .hypothesis

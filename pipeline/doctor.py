@@ -1,0 +1,47 @@
+"""``pipeline doctor``: what this machine offers the pipeline."""
+
+from __future__ import annotations
+
+import os
+import platform
+from importlib import metadata
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def collect() -> dict[str, str]:
+    import rasterio
+
+    from pipeline import __version__
+    from pipeline.device import detect_gpu
+
+    with rasterio.Env() as env:
+        drivers = env.drivers()
+    gpu = detect_gpu()
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+        mem_text = f"{mem:.1f} GiB"
+    except (ValueError, OSError, AttributeError):
+        mem_text = "unknown"
+    out = {
+        "pipeline": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": str(os.cpu_count()),
+        "memory": mem_text,
+        "GDAL": rasterio.__gdal_version__,
+        "drivers": ", ".join(f"{d} {'yes' if d in drivers else 'NO'}" for d in ("GTiff", "COG", "Zarr")),
+    }
+    for dist in ("rasterio", "pyproj", "numpy", "xarray", "rioxarray", "zarr", "dask", "distributed"):
+        out[dist] = _version(dist)
+    if gpu.available:
+        out["gpu"] = f"{gpu.name}, {(gpu.memory_bytes or 0) / 2**30:.0f} GiB"
+        out["cupy"] = f"{gpu.cupy_version} (CUDA runtime {gpu.cuda_version})"
+    else:
+        out["gpu"] = f"none: {gpu.reason}"
+    return out

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pipeline.config import load_config
+from pipeline.fixtures import write_fixtures
+
+PATTERN = r"(?P<date>\d{4}-\d{2}-\d{2})/(?P<tile>[^/]+)_(?P<band>[^/_.]+)\.tif$"
+
+
+def _cupy_device() -> bool:
+    from pipeline.device import detect_gpu
+
+    return detect_gpu().available
+
+
+@pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
+def xp(request: pytest.FixtureRequest) -> Any:
+    """The array module: numpy always, cupy where a GPU exists (skipped otherwise)."""
+    if request.param == "cupy":
+        if not _cupy_device():
+            pytest.skip("no CUDA device / CuPy")
+        import cupy
+
+        return cupy
+    import numpy
+
+    return numpy
+
+
+@pytest.fixture(scope="session")
+def small_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small preset, written once per session."""
+    out = tmp_path_factory.mktemp("fixtures") / "small"
+    write_fixtures(out, "small", seed=0)
+    return out
+
+
+def write_config(folder: Path, inputs_glob: str, **sections: Any) -> Path:
+    """A config file in ``folder`` for the given input glob; sections override defaults."""
+    raw: dict[str, Any] = {
+        "inputs": {"paths": [inputs_glob], "pattern": PATTERN},
+        "grid": {"crs": "EPSG:32632", "resolution": 20},
+        "output": {"path": str(folder / "out.zarr"), "chunks": {"y": 128, "x": 128}},
+        "execution": {"workers": 2, "partition_mb": 1},
+    }
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(raw.get(key), dict):
+            raw[key] = raw[key] | value
+        else:
+            raw[key] = value
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.fixture
+def small_config(tmp_path: Path, small_dir: Path) -> Any:
+    """Factory: a validated config for the small fixture, with ``--set`` style overrides."""
+
+    def make(*overrides: str, **sections: Any) -> Any:
+        path = write_config(tmp_path, os.path.join(small_dir, "**", "*.tif"), **sections)
+        return load_config(path, list(overrides))
+
+    return make

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pipeline.catalog import build_catalog
+from pipeline.config import load_config
+from pipeline.errors import ConfigError, TileReadError
+from tests.conftest import write_config
+
+
+def test_tile_table_fields(small_config) -> None:  # type: ignore[no-untyped-def]
+    cat = build_catalog(small_config())
+    t = cat.tiles
+    assert len(t) == 32 and not cat.skipped
+    assert set(t["band"]) == {"B01", "B02", "B04", "B11"}
+    assert set(t["crs"]) == {"EPSG:32631", "EPSG:32632"}
+    assert list(t["path"]) == sorted(t["path"])
+    b02 = t[t["band"] == "B02"].iloc[0]
+    assert (b02["width"], b02["a"], b02["dtype"], b02["nodata"], b02["block_x"]) == (384, 10.0, "uint16", 0.0, 256)
+    assert list(b02.overviews) == [2]
+    assert str(b02.date.date()) in ("2024-06-01", "2024-06-11")
+
+
+def test_bands_filter_and_missing_band(small_config) -> None:  # type: ignore[no-untyped-def]
+    cat = build_catalog(small_config(inputs={"bands": ["B11", "B02"]}))
+    assert set(cat.tiles["band"]) == {"B02", "B11"}
+    with pytest.raises(ConfigError, match="inputs.bands"):
+        build_catalog(small_config(inputs={"bands": ["B99"]}))
+
+
+def test_parquet_index_rereads_only_changed_files(tmp_path: Path, small_dir: Path) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(small_dir, data)
+    cfg = load_config(write_config(tmp_path, str(data / "**" / "*.tif"),
+                                   inputs={"index": str(tmp_path / "tiles.parquet")}))  # fmt: skip
+    first = build_catalog(cfg)
+    assert first.headers_read == 32 and os.path.exists(tmp_path / "tiles.parquet")
+    second = build_catalog(cfg)
+    assert second.headers_read == 0
+    assert second.tiles.drop(columns=["overviews"]).equals(first.tiles.drop(columns=["overviews"]))
+    changed = data / "2024-06-01" / "T31A0_B02.tif"
+    os.utime(changed, ns=(1, 1))
+    third = build_catalog(cfg)
+    assert third.headers_read == 1 and len(third.tiles) == 32
+
+
+def test_unusable_files_are_skipped_or_fail(tmp_path: Path, small_dir: Path) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(small_dir, data)
+    (data / "2024-06-01" / "T99Z0_B02.tif").write_bytes(b"")
+    (data / "2024-06-01" / "T99Z1_B02.tif").write_text("not a tiff")
+    path = write_config(tmp_path, str(data / "**" / "*.tif"))
+    cat = build_catalog(load_config(path))
+    assert len(cat.tiles) == 32
+    assert sorted(os.path.basename(s["path"]) for s in cat.skipped) == ["T99Z0_B02.tif", "T99Z1_B02.tif"]
+    with pytest.raises(TileReadError, match="T99Z0_B02.tif"):
+        build_catalog(load_config(path, ["execution.on_error=fail"]))
+
+
+def test_no_match_names_the_key(tmp_path: Path, small_dir: Path) -> None:
+    with pytest.raises(ConfigError, match="inputs.paths"):
+        build_catalog(load_config(write_config(tmp_path, str(tmp_path / "nothing" / "*.tif"))))
+    with pytest.raises(ConfigError, match="inputs.pattern"):
+        cfg = write_config(tmp_path, str(small_dir / "**" / "*.tif"), inputs={"pattern": r"(?P<band>XYZ)\.tif$"})
+        build_catalog(load_config(cfg))
