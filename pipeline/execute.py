@@ -129,6 +129,9 @@ def _prepare_store(config: Config, plan: Plan, *, overwrite: bool, resume: bool)
             diff = [f"{k}: store has {old.get(k)!r}, config has {new.get(k)!r}"
                     for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]  # fmt: skip
             raise ConfigError("--resume", f"{path} was made with different settings: " + "; ".join(diff or ["unknown"]))
+        if attrs.get("pipeline_complete"):
+            logger.info("%s is already complete; nothing to resume", path)
+            return {p.key for p in plan.partitions}
         done = journal_done(path)
         logger.info("resuming %s: %d of %d partitions already done", path, len(done), len(plan.partitions))
         return done
@@ -137,6 +140,39 @@ def _prepare_store(config: Config, plan: Plan, *, overwrite: bool, resume: bool)
         config_hash=config.output_hash(), settings=config.output_settings(), overwrite=overwrite,
     )  # fmt: skip
     return set()
+
+
+def _execute(
+    config: Config, todo: list[Any], ctx: TaskContext, progress: bool
+) -> tuple[list[dict[str, Any]], float, int, list[str]]:
+    """Submit every partition, then collect results as they finish: (records, wall, threads, workers)."""
+    from distributed import as_completed
+    from tqdm import tqdm
+
+    records: list[dict[str, Any]] = []
+    client, cluster = _start_client(config, len(todo))
+    try:
+        info = client.scheduler_info(n_workers=-1)["workers"]
+        worker_names = [str(w.get("name", a)) for a, w in info.items()]
+        threads = sum(int(w.get("nthreads", 1)) for w in info.values()) or 1
+        t_exec = time.perf_counter()
+        futures = [
+            client.submit(run_partition, p, ctx, key=p.key, retries=config.execution.retries, pure=False) for p in todo
+        ]
+        with tqdm(total=len(futures), unit="task", disable=not progress, leave=False) as bar:
+            try:
+                for _, rec in as_completed(futures, with_results=True):
+                    records.append(rec)
+                    bar.update()
+            except BaseException:
+                client.cancel(futures)
+                raise
+        exec_wall = time.perf_counter() - t_exec
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+    return records, exec_wall, threads, worker_names
 
 
 def run(config: Config, *, overwrite: bool = False, resume: bool = False, progress: bool = False) -> RunResult:
@@ -161,31 +197,9 @@ def run(config: Config, *, overwrite: bool = False, resume: bool = False, progre
     max_arg = max((len(pickle.dumps(p)) for p in todo), default=0)
 
     records: list[dict[str, Any]] = []
-    client, cluster = _start_client(config, len(todo))
-    try:
-        info = client.scheduler_info(n_workers=-1)["workers"]
-        worker_names = [str(w.get("name", a)) for a, w in info.items()]
-        threads = sum(int(w.get("nthreads", 1)) for w in info.values()) or 1
-        t_exec = time.perf_counter()
-        futures = [
-            client.submit(run_partition, p, ctx, key=p.key, retries=config.execution.retries, pure=False) for p in todo
-        ]
-        from distributed import as_completed
-        from tqdm import tqdm
-
-        with tqdm(total=len(futures), unit="task", disable=not progress, leave=False) as bar:
-            try:
-                for _, rec in as_completed(futures, with_results=True):
-                    records.append(rec)
-                    bar.update()
-            except BaseException:
-                client.cancel(futures)
-                raise
-        exec_wall = time.perf_counter() - t_exec
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+    exec_wall, threads, worker_names = 0.0, 1, list[str]()
+    if todo:
+        records, exec_wall, threads, worker_names = _execute(config, todo, ctx, progress)
 
     with clock.stage("finalize"):
         store_bytes = finalize_store(config.output.path)

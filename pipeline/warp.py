@@ -14,6 +14,9 @@ import numpy as np
 
 from pipeline.plan import SourceWindow
 
+# Our method names -> rasterio's Resampling members where they differ.
+GDAL_NAMES = {"median": "med"}
+
 
 @lru_cache(maxsize=256)
 def _crs(text: str) -> Any:
@@ -47,7 +50,7 @@ def warp_window(
         dst_transform=Affine(*dst_transform),
         dst_crs=_crs(dst_crs),
         dst_nodata=dst_nodata,
-        resampling=Resampling[method],
+        resampling=Resampling[GDAL_NAMES.get(method, method)],
         num_threads=1,
     )
     return dst

@@ -22,6 +22,7 @@ from rasterio.warp import reproject, transform_bounds
 from pipeline.config import load_config
 from pipeline.errors import ConfigError
 from pipeline.execute import run
+from pipeline.warp import GDAL_NAMES
 from tests.conftest import write_config
 
 
@@ -33,7 +34,7 @@ def reference_cube(files: list[str], grid_crs: str, transform: Any, shape: tuple
         with rasterio.open(f) as src:
             dst = np.zeros(shape, "u2")
             reproject(rasterio.band(src, 1), dst, dst_transform=transform, dst_crs=grid_crs,
-                      dst_nodata=0, resampling=Resampling[method])  # fmt: skip
+                      dst_nodata=0, resampling=Resampling[GDAL_NAMES.get(method, method)])  # fmt: skip
         out = np.where(out == 0, dst, out)
     return out
 
@@ -149,3 +150,23 @@ def test_bad_input_is_skipped_and_reported(tmp_path: Path, small_dir: Path) -> N
     assert result.exit_code == 3
     assert [os.path.basename(s["path"]) for s in result.report["inputs"]["skipped"]] == ["T99Z0_B02.tif"]
     assert zarr.open_group(cfg.output.path, mode="r").attrs["pipeline_complete"] is True
+
+
+@pytest.mark.parametrize("method", ["cubic", "mode", "min", "max", "median"])
+def test_other_methods_match_gdal(tmp_path: Path, small_dir: Path, method: str) -> None:
+    cfg = load_config(
+        write_config(tmp_path, str(small_dir / "**" / "*.tif")),
+        [f"resampling={method}", "execution.workers=1", "execution.partition_mb=256", "inputs.bands=[B02, B11]"],
+    )
+    assert run(cfg).exit_code == 0
+    ds = xr.open_zarr(cfg.output.path, mask_and_scale=False)
+    for band in ("B02", "B11"):
+        files = glob.glob(str(small_dir / "2024-06-11" / f"*_{band}.tif"))
+        ref = reference_cube(files, "EPSG:32632", ds.rio.transform(), ds[band].shape[1:], method)
+        got = ds[band].isel(time=1).values
+        both = (got != 0) & (ref != 0)
+        value_range = float(ref[both].max()) - float(ref[both].min())
+        diff = np.abs(got[both].astype("f8") - ref[both])
+        assert diff.mean() <= 0.001 * value_range, band
+        assert np.percentile(diff, 99) <= 0.01 * value_range, band
+        assert np.mean((got != 0) != (ref != 0)) <= 0.005, band

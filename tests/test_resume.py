@@ -1,0 +1,72 @@
+"""Resume after the driver is killed with SIGKILL: real processes, the same cube bit for bit."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from pipeline.write import JOURNAL_DIR, store_is_complete
+from tests.conftest import write_config
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pipeline", "run", *args, "-q"], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+
+
+def test_sigkill_then_resume_gives_the_same_cube(tmp_path: Path, small_dir: Path) -> None:
+    sets = ["--set", "execution.partition_mb=0.05", "--set", "output.chunks={y: 64, x: 64}", "--workers", "1"]
+    killed_dir = tmp_path / "killed"
+    killed_dir.mkdir()
+    cfg = write_config(killed_dir, str(small_dir / "**" / "*.tif"))
+    store = killed_dir / "out.zarr"
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(cfg), "-q", *sets],
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    journal = store / JOURNAL_DIR
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if journal.exists() and len(os.listdir(journal)) >= 3:
+            break
+        time.sleep(0.02)
+    if proc.poll() is not None:
+        pytest.fail("the run finished before it could be killed; make the partitions smaller")
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and its whole local cluster
+    proc.wait()
+    assert not store_is_complete(str(store))
+    done_before = len(os.listdir(journal))
+
+    r = _run(str(cfg), *sets, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert store_is_complete(str(store))
+    report = json.loads((killed_dir / "out.report.json").read_text())
+    assert report["plan"]["resumed_done"] >= done_before >= 3
+    assert len(report["tasks"]) == report["plan"]["partitions"] - report["plan"]["resumed_done"]
+
+    clean_dir = tmp_path / "clean"
+    clean_dir.mkdir()
+    clean = write_config(clean_dir, str(small_dir / "**" / "*.tif"))
+    assert _run(str(clean), *sets).returncode == 0
+    a, b = zarr.open_group(str(store), mode="r"), zarr.open_group(str(clean_dir / "out.zarr"), mode="r")
+    for band in ("B01", "B02", "B04", "B11"):
+        np.testing.assert_array_equal(a[band][:], b[band][:])
+
+    again = _run(str(cfg), *sets, "--resume")  # already complete: nothing to redo
+    assert again.returncode == 0, again.stderr
+
+
+def test_resume_refuses_a_store_made_with_other_settings(tmp_path: Path, small_dir: Path) -> None:
+    cfg = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
+    assert _run(str(cfg), "--workers", "1").returncode == 0
+    r = _run(str(cfg), "--resume", "--set", "resampling=nearest", "--set", "output.chunks={y: 64, x: 64}")
+    assert r.returncode == 2
+    assert "resampling: store has 'average', config has 'nearest'" in r.stderr
+    assert "output.chunks_yx" in r.stderr
