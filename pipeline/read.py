@@ -20,6 +20,12 @@ from pipeline.plan import SourceWindow
 
 MAX_OPEN_FILES = 64
 _local = threading.local()
+_opens = [0]  # datasets opened by this process (a list so threads share one counter)
+
+
+def open_count() -> int:
+    """How many datasets this process has opened (cache misses), for the report."""
+    return _opens[0]
 
 
 def _open_dataset(path: str, level: int) -> Any:
@@ -35,6 +41,7 @@ def _open_dataset(path: str, level: int) -> Any:
         return ds
     kwargs = {} if level < 0 else {"overview_level": level}
     ds = rasterio.open(path, **kwargs)
+    _opens[0] += 1
     cache[key] = ds
     while len(cache) > MAX_OPEN_FILES:
         _, old = cache.popitem(last=False)

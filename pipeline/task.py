@@ -15,7 +15,7 @@ from typing import Any
 from pipeline.errors import TileReadError
 from pipeline.grid import offset_transform
 from pipeline.plan import BandSpec, Partition
-from pipeline.read import read_window
+from pipeline.read import open_count, read_window
 from pipeline.resample import fuse_arrays
 from pipeline.warp import warp_window
 from pipeline.write import journal_record, write_chunk
@@ -46,6 +46,7 @@ def _worker_name() -> str:
 def run_partition(partition: Partition, ctx: TaskContext) -> dict[str, Any]:
     """Compute and write every chunk of ``partition``; return its timing record."""
     start = time.time()
+    opened_before = open_count()
     read_s = resample_s = write_s = 0.0
     bytes_read = bytes_written = 0
     tiles: set[str] = set()
@@ -93,6 +94,7 @@ def run_partition(partition: Partition, ctx: TaskContext) -> dict[str, Any]:
         "start": start,
         "end": time.time(),
         "tiles": len(tiles),
+        "files_opened": open_count() - opened_before,
         "chunks": len(partition.jobs),
         "read_s": read_s,
         "resample_s": resample_s,

@@ -134,6 +134,17 @@ def test_report_accounts_for_the_wall_time(runs: dict[str, Any]) -> None:
     assert {d["check"] for d in rep["diagnostics"]} >= {"workers_used", "long_tail", "io_vs_compute"}
 
 
+def test_each_file_is_opened_once_per_worker_not_per_chunk(runs: dict[str, Any]) -> None:
+    cfg, result = runs["average"]
+    tasks = result.report["tasks"]
+    windows = result.report["plan"]["windows"]
+    opened = sum(t["files_opened"] for t in tasks)
+    workers = {t["worker"] for t in tasks}
+    # 32 files, each read at one level; at most once per worker, far fewer than the windows read.
+    assert opened <= 32 * len(workers)
+    assert opened < windows
+
+
 def test_existing_store_is_refused_without_overwrite(runs: dict[str, Any]) -> None:
     cfg, _ = runs["average"]
     with pytest.raises(ConfigError, match="--overwrite"):
