@@ -26,6 +26,7 @@ import glob
 import logging
 import os
 import re
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -85,10 +86,14 @@ def find_inputs(config: Config) -> list[tuple[str, dict[str, str]]]:
 def read_header(path: str) -> dict[str, Any]:
     """Open one file and return its header fields (see the module docstring)."""
     import rasterio
-    from rasterio.errors import RasterioIOError
+    from rasterio.errors import NotGeoreferencedWarning, RasterioIOError
 
     try:
-        with rasterio.open(path) as ds:
+        with warnings.catch_warnings():
+            # A file without georeferencing is reported below as a skipped input, not as a warning.
+            warnings.simplefilter("ignore", NotGeoreferencedWarning)
+            ds = rasterio.open(path)
+        with ds:
             if ds.crs is None:
                 raise TileReadError(path, "has no CRS; assign one (gdal_edit.py -a_srs) or exclude it")
             if ds.transform.is_identity or ds.transform.is_rectilinear is False:

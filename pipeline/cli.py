@@ -45,6 +45,12 @@ def _exits(fn: Callable[..., Any]) -> Callable[..., Any]:
         except PipelineError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(1)
+        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as e:  # noqa: BLE001 - anything else is a failed run, said plainly
+            logger.debug("unexpected error", exc_info=True)
+            click.echo(f"error: run failed: {type(e).__name__}: {e} (rerun with -vv for the traceback)", err=True)
+            sys.exit(1)
 
     return wrapper
 

@@ -19,6 +19,9 @@ class ConfigError(PipelineError, ValueError):
         self.problem = problem
         super().__init__(f"config key '{key}': {problem}")
 
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return type(self), (self.key, self.problem)
+
 
 class TileReadError(PipelineError, OSError):
     """A tile could not be opened or read; the message names the file (and window)."""
@@ -27,6 +30,10 @@ class TileReadError(PipelineError, OSError):
         self.path = path
         self.problem = problem
         super().__init__(f"{path}: {problem}")
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        # Rebuilt from its fields, so it survives the trip back from a Dask worker.
+        return type(self), (self.path, self.problem)
 
 
 class StoreError(PipelineError, OSError):

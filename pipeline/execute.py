@@ -66,7 +66,8 @@ def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
         threads_per_worker=config.execution.threads_per_worker,
         processes=True,
         dashboard_address=None,
-        silence_logs=logging.ERROR,
+        # Task errors come back to the driver and are reported there; the workers' own copies are noise.
+        silence_logs=logging.WARNING if logger.isEnabledFor(logging.DEBUG) else logging.CRITICAL,
     )
     return Client(cluster), cluster
 
@@ -175,8 +176,18 @@ def _execute(
     return records, exec_wall, threads, worker_names
 
 
-def run(config: Config, *, overwrite: bool = False, resume: bool = False, progress: bool = False) -> RunResult:
-    """The batch run. Raises PipelineError subclasses; returns the report and exit code."""
+def run(
+    config: Config,
+    *,
+    overwrite: bool = False,
+    resume: bool = False,
+    progress: bool = False,
+    shuffle_seed: int | None = None,
+) -> RunResult:
+    """The batch run. Raises PipelineError subclasses; returns the report and exit code.
+
+    ``shuffle_seed`` submits the partitions in a shuffled order (the cube must not change).
+    """
     clock = StageClock()
     catalog, plan = plan_run(config, clock)
     device, reason = choose_device(config.execution.device)
@@ -184,6 +195,10 @@ def run(config: Config, *, overwrite: bool = False, resume: bool = False, progre
     with clock.stage("write"):
         done = _prepare_store(config, plan, overwrite=overwrite, resume=resume)
     todo = [p for p in plan.partitions if p.key not in done]
+    if shuffle_seed is not None:
+        import random
+
+        random.Random(shuffle_seed).shuffle(todo)
     ctx = TaskContext(
         store_path=config.output.path,
         grid_crs=plan.grid.crs,

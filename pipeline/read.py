@@ -65,6 +65,7 @@ def read_window(src: SourceWindow) -> np.ndarray:
     where = f"window rows {r0}:{r0 + h} cols {c0}:{c0 + w}" + (
         f" of overview {src.overview_level}" if src.overview_level >= 0 else ""
     )
+    failure = None
     try:
         ds = _open_dataset(src.path, src.overview_level)
         t = ds.transform
@@ -82,7 +83,12 @@ def read_window(src: SourceWindow) -> np.ndarray:
             stale = cache.pop((src.path, src.overview_level), None)
             if stale is not None:
                 stale.close()
-        raise TileReadError(src.path, f"read failed ({where}): {e}") from e
+        detail = f"{e} ({e.__cause__})" if e.__cause__ else str(e)
+        failure = f"read failed ({where}): {detail}; the file may be truncated, corrupt or gone"
+    if failure is not None:
+        # Raised outside the except block and chained to a plain OSError: GDAL's exception types do not
+        # survive pickling back from a Dask worker, and distributed would hand back a bare Exception.
+        raise TileReadError(src.path, failure) from OSError(failure)
     if data.shape != (h, w):
         raise TileReadError(src.path, f"short read ({where}): got {data.shape}")
     return data

@@ -132,7 +132,7 @@ def write_chunk(path: str, band: str, t: int, window: tuple[int, int, int, int],
         raise StoreError(f"{path}/{band}: write of rows {r0}:{r0 + h} cols {c0}:{c0 + w} is not one whole chunk")
     try:
         arr[t, r0 : r0 + h, c0 : c0 + w] = data
-    except OSError as e:
+    except OSError as e:  # read-only or full destination
         raise StoreError(f"cannot write chunk ({band}, t={t}, rows {r0}, cols {c0}) to {path}: {e}") from e
     return int(data.nbytes)
 
@@ -148,9 +148,12 @@ def journal_done(path: str) -> set[str]:
 def journal_record(path: str, key: str) -> None:
     """Record partition ``key`` as finished (after all its chunks are written)."""
     folder = os.path.join(path, JOURNAL_DIR)
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, key), "wb"):
-        pass
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, key), "wb"):
+            pass
+    except OSError as e:
+        raise StoreError(f"cannot record finished partition {key} in {folder}: {e}") from e
 
 
 def store_config(path: str) -> dict[str, Any]:
