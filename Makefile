@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test demo bench fixtures lint clean
+.PHONY: help install test browser demo bench fixtures lint clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -18,8 +18,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)  ## make .venv and install the project with dev tools
 
-test: $(STAMP)  ## run the test suite
+test: $(STAMP) browser  ## run the test suite
 	$(BIN)/python -m pytest -q
+
+browser:  # headless Chromium for the HTML report test (Debian's package; skipped where it cannot install)
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	  --no-install-recommends chromium >/dev/null 2>&1; } || echo "note: no Chromium here; the HTML screenshot test will skip"
 
 demo: $(STAMP)  ## the case study at fixture scale: fixtures, run, breakdown, projection
 	$(BIN)/pipeline demo

@@ -19,7 +19,15 @@ from pipeline.config import Config
 from pipeline.device import choose_device
 from pipeline.errors import ConfigError
 from pipeline.plan import Plan, compute_plan
-from pipeline.report import StageClock, compute_diagnostics, compute_stages, summarise_workers, write_report
+from pipeline.report import (
+    StageClock,
+    compute_diagnostics,
+    compute_stages,
+    compute_stragglers,
+    compute_task_overhead,
+    summarise_workers,
+    write_report,
+)
 from pipeline.task import TaskContext, run_partition
 from pipeline.write import create_store, finalize_store, journal_done, store_config
 
@@ -266,9 +274,12 @@ def run(
             "scheduler": config.execution.scheduler or "local",
             "workers": len(worker_names),
             "threads": threads,
+            "cores": os.cpu_count() or 1,
+            "device_requested": config.execution.device,
             "exec_wall_s": exec_wall,
             "max_task_arg_bytes": max_arg,
-        },  # fmt: skip
+            "scheduling_overhead_s": compute_task_overhead(records)[1] / max(threads, 1),
+        },
         "tasks": records,
         "workers": summarise_workers(records, worker_names),
         "devices": {
@@ -277,6 +288,7 @@ def run(
             "decisions": [{"task": r["id"], "device": r["device"], "reason": reason} for r in records],
         },
     }
-    report["diagnostics"] = compute_diagnostics(report, threads, exec_wall, max_arg, config.execution.device)
+    report["stragglers"] = compute_stragglers(records)
+    report["diagnostics"] = compute_diagnostics(report)
     write_report(report, config.report_path)
     return RunResult(report=report, exit_code=3 if skipped else 0)

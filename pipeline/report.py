@@ -88,25 +88,9 @@ def _check(check: str, warn: bool, detail: str, advice: str) -> dict[str, str]:
     return {"check": check, "status": "warn" if warn else "ok", "detail": detail, "advice": advice if warn else ""}
 
 
-def compute_diagnostics(report: dict[str, Any], threads: int, exec_wall_s: float,
-                        max_task_arg_bytes: int, device_requested: str) -> list[dict[str, str]]:  # fmt: skip
-    """One entry per check, from the run's own numbers."""
-    tasks = report["tasks"]
-    n = len(tasks)
-    durations = [t["end"] - t["start"] for t in tasks]
-    med = statistics.median(durations) if durations else 0.0
-    workers = report["workers"]
-    used = [w for w, v in workers.items() if v["tasks"] > 0]
-    out = []
-
-    out.append(_check(
-        "workers_used", len(workers) > 1 and len(used) <= 1 and n > 1,
-        f"{len(used)} of {len(workers)} workers ran tasks",
-        "tasks all landed on one worker: check for a resource request only one worker can satisfy, "
-        "or fewer partitions than workers (lower execution.partition_mb)",
-    ))  # fmt: skip
-
-    # Per-task overhead: the gaps between consecutive tasks on a worker (dispatch, transfer, idle).
+def compute_task_overhead(tasks: list[dict[str, Any]]) -> tuple[float, float]:
+    """(median per-task overhead s, summed overhead s): gaps between a worker's consecutive tasks
+    (dispatch, transfer, idle) plus time inside tasks outside read/resample/write."""
     gaps: list[float] = []
     by_worker: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for t in tasks:
@@ -114,28 +98,68 @@ def compute_diagnostics(report: dict[str, Any], threads: int, exec_wall_s: float
     for ts in by_worker.values():
         ts.sort(key=lambda t: t["start"])
         gaps += [max(b["start"] - a["end"], 0.0) for a, b in zip(ts, ts[1:], strict=False)]
-    inside = [d - (t["read_s"] + t["resample_s"] + t["write_s"]) for t, d in zip(tasks, durations, strict=True)]
-    per_task_overhead = (statistics.median(gaps) if gaps else 0.0) + (statistics.median(inside) if inside else 0.0)
-    share = per_task_overhead / med if med > 0 else 0.0
+    inside = [max(t["end"] - t["start"] - (t["read_s"] + t["resample_s"] + t["write_s"]), 0.0) for t in tasks]
+    median = (statistics.median(gaps) if gaps else 0.0) + (statistics.median(inside) if inside else 0.0)
+    return median, sum(gaps) + sum(inside)
+
+
+def compute_stragglers(tasks: list[dict[str, Any]], factor: float = 3.0) -> list[dict[str, Any]]:
+    """Tasks that took over ``factor`` x the median task, longest first."""
+    durations = [t["end"] - t["start"] for t in tasks]
+    med = statistics.median(durations) if durations else 0.0
+    out = [
+        {"id": t["id"], "partition": t["index"], "worker": t["worker"], "duration_s": d, "x_median": d / med,
+         "chunks": t["chunks"], "cost_bytes": t.get("cost_bytes", 0)}
+        for t, d in zip(tasks, durations, strict=True)
+        if med > 0 and d > factor * med
+    ]  # fmt: skip
+    return sorted(out, key=lambda s: -s["duration_s"])
+
+
+def compute_diagnostics(report: dict[str, Any]) -> list[dict[str, str]]:
+    """One entry per check, computed from the report's own numbers only."""
+    tasks = report["tasks"]
+    ex = report["execution"]
+    threads = max(int(ex["threads"]), 1)
+    n = len(tasks)
+    durations = [t["end"] - t["start"] for t in tasks]
+    med = statistics.median(durations) if durations else 0.0
+    workers = report["workers"]
+    used = [w for w, v in workers.items() if v["tasks"] > 0]
+    local_cores = int(ex.get("cores", 1)) if ex.get("scheduler") == "local" else 1
+    out = []
+
+    out.append(_check(
+        "workers_used", n > 1 and len(used) <= 1 and (len(workers) > 1 or local_cores > 1),
+        f"{len(used)} of {len(workers)} workers ran tasks ({n} tasks"
+        + (f", {local_cores} cores here)" if ex.get("scheduler") == "local" else ")"),
+        "all work ran on one worker: add workers (execution.workers) if cores are free; on a cluster, check "
+        "for a resource request only one worker can satisfy, or fewer partitions than workers "
+        "(lower execution.partition_mb)",
+    ))  # fmt: skip
+
+    per_task, _ = compute_task_overhead(tasks)
+    share = per_task / med if med > 0 else 0.0
     out.append(_check(
         "task_overhead", n > 1 and share > 0.05,
-        f"per-task overhead {per_task_overhead * 1e3:.1f} ms against a median task of {med * 1e3:.1f} ms "
-        f"({share:.1%})",
+        f"per-task overhead {per_task * 1e3:.1f} ms against a median task of {med * 1e3:.1f} ms ({share:.1%})",
         "tasks are too small for their scheduling cost: raise execution.partition_mb",
     ))  # fmt: skip
 
-    stragglers = [t for t, d in zip(tasks, durations, strict=True) if med > 0 and d > 3 * med]
+    stragglers = compute_stragglers(tasks)
     tail = max(durations) / med if med > 0 else 1.0
     out.append(_check(
         "long_tail", bool(stragglers) and n > 2,
         f"{len(stragglers)} task(s) over 3x the median ({med:.2f} s); longest {tail:.1f}x"
-        + (f": {', '.join(t['id'] for t in stragglers[:3])}" if stragglers else ""),
-        "uneven partitions: lower execution.partition_mb or output.chunks so large work splits",
+        + (": partition " + ", ".join(str(t["partition"]) for t in stragglers[:3]) if stragglers else ""),
+        "uneven partitions: a chunk needs far more input than the others (a huge or very fine tile?); "
+        "lower output.chunks or execution.partition_mb so large work splits",
     ))  # fmt: skip
 
+    max_arg = int(ex.get("max_task_arg_bytes", 0))
     out.append(_check(
-        "task_args_size", max_task_arg_bytes > 64 * 1024,
-        f"largest task argument {max_task_arg_bytes / 1024:.1f} KiB",
+        "task_args_size", max_arg > 64 * 1024,
+        f"largest task argument {max_arg / 1024:.1f} KiB",
         "tasks should carry paths and windows, not arrays or whole tables",
     ))  # fmt: skip
 
@@ -147,36 +171,39 @@ def compute_diagnostics(report: dict[str, Any], threads: int, exec_wall_s: float
     ))  # fmt: skip
 
     dev = report["devices"]
-    gpu_wanted = device_requested == "gpu" or any(d["device"] == "gpu" for d in dev["decisions"])
+    gpu_wanted = ex.get("device_requested") == "gpu" or any(d["device"] == "gpu" for d in dev["decisions"])
     out.append(_check(
         "gpu_ran", gpu_wanted and dev["gpu"] == 0,
-        f"{dev['gpu']} of {n} tasks on the GPU"
-        + (f"; {dev['decisions'][0]['reason']}" if dev["decisions"] else ""),
+        f"{dev['gpu']} of {n} tasks on the GPU" + (f"; {dev['decisions'][0]['reason']}" if dev["decisions"] else ""),
         "the GPU was chosen but no task ran there: check worker GPU resources and CuPy",
     ))  # fmt: skip
 
     st = report["stage_task_s"]
-    io = st["read"] + st["write"]
-    compute = st["resample"]
-    total = io + compute
-    io_share = io / total if total else 0.0
+    io, compute = st["read"] + st["write"], st["resample"]
+    io_share = io / (io + compute) if io + compute else 0.0
     bound = "I/O-bound" if io_share >= 0.5 else "compute-bound"
-    out.append(_check(
-        "io_vs_compute", False,
-        f"{bound}: read+write {io_share:.0%} of task time, resample {1 - io_share:.0%}",
-        "",
-    ) | {"advice": (
-        "more workers help while storage keeps up; faster storage or fewer bytes (overviews, "
-        "compression) help more" if io_share >= 0.5 else
-        "more workers/cores or the GPU help: resampling dominates"
-    )})  # fmt: skip
+    advice = (
+        "more workers help while storage keeps up; faster storage or fewer bytes (overviews, compression) help more"
+        if io_share >= 0.5
+        else "more workers/cores or the GPU help: resampling dominates"
+    )
+    out.append({"check": "io_vs_compute", "status": "ok",
+                "detail": f"{bound}: read+write {io_share:.0%} of task time, resample {1 - io_share:.0%}",
+                "advice": advice})  # fmt: skip
 
-    idle = {w: 1 - v["busy_s"] / exec_wall_s for w, v in workers.items() if exec_wall_s > 0}
+    # Idle while work remained: between the first and the last task start, some task was still waiting.
+    idle: dict[str, float] = {}
+    if n:
+        lo, hi = min(t["start"] for t in tasks), max(t["start"] for t in tasks)
+        for w in workers:
+            busy = sum(max(min(t["end"], hi) - max(t["start"], lo), 0.0) for t in tasks if t["worker"] == w)
+            idle[w] = 1 - busy / (hi - lo) if hi > lo else 0.0
     idle_bad = {w: s for w, s in idle.items() if s > 0.5}
     out.append(_check(
         "idle_workers", n >= 2 * max(len(workers), 1) and bool(idle_bad),
-        "idle share per worker: " + ", ".join(f"{w} {s:.0%}" for w, s in sorted(idle.items())),
-        "workers sat idle while work remained: more, smaller partitions or fewer workers",
+        "idle while tasks were waiting: " + ", ".join(f"{w} {s:.0%}" for w, s in sorted(idle.items())),
+        "workers sat idle while work remained: a worker that cannot run these tasks (resources, memory), "
+        "or a driver that submits too slowly",
     ))  # fmt: skip
     return out
 
@@ -207,6 +234,17 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append("tasks per worker: " + ", ".join(
         f"{w}: {v['tasks']} ({v['busy_s']:.1f} s busy)" for w, v in sorted(report["workers"].items())
     ))  # fmt: skip
+    ex = report["execution"]
+    if wall:
+        lines.append(f"scheduling overhead: {ex.get('scheduling_overhead_s', 0.0):.2f} s "
+                     f"({ex.get('scheduling_overhead_s', 0.0) / wall:.1%} of wall)")  # fmt: skip
+    stragglers = report.get("stragglers", [])
+    lines.append(f"stragglers (tasks over 3x the median): {len(stragglers)}")
+    for t in stragglers[:5]:
+        lines.append(
+            f"  partition {t['partition']} on worker {t['worker']}: {t['duration_s']:.2f} s "
+            f"({t['x_median']:.1f}x median, {t['chunks']} chunks, {t['cost_bytes'] / 1e6:.1f} MB)"
+        )
     dev = report["devices"]
     reason = dev["decisions"][0]["reason"] if dev["decisions"] else ""
     lines.append(f"devices: cpu {dev['cpu']} tasks, gpu {dev['gpu']} tasks ({reason})")

@@ -58,7 +58,8 @@ def _timeline_chart(report: dict[str, Any], path: str) -> None:
     ax.set_xlabel("seconds since the first task started")
     ax.set_title("Task timeline (read / resample / write / other)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLOURS[s]) for s in ("read", "resample", "write", "overhead")]
-    ax.legend(handles, ["read", "resample", "write", "other"], loc="upper right", fontsize=7, ncol=4)
+    ax.legend(handles, ["read", "resample", "write", "other"], loc="upper center", bbox_to_anchor=(0.5, -0.35),
+              fontsize=7, ncol=4, frameon=False)  # fmt: skip
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
