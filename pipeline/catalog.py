@@ -44,7 +44,7 @@ HEADER_COLUMNS = [
     "crs", "a", "b", "c", "d", "e", "f", "width", "height",
     "xmin", "ymin", "xmax", "ymax", "dtype", "file_nodata", "block_x", "block_y", "overviews",
 ]  # fmt: skip
-INDEX_VERSION = 1
+INDEX_COLUMNS = ["path", *HEADER_COLUMNS, "tag_date", "size", "mtime"]
 
 
 @dataclass
@@ -57,8 +57,8 @@ class Catalog:
     """How many file headers were opened this time (the rest came from the index)."""
 
 
-def find_inputs(config: Config) -> list[tuple[str, dict[str, str]]]:
-    """Glob ``inputs.paths`` and keep files matching ``inputs.pattern``; return (path, groups)."""
+def find_inputs(config: Config) -> list[str]:
+    """Glob ``inputs.paths`` and keep the files whose path matches ``inputs.pattern``."""
     found: set[str] = set()
     for pattern in config.inputs.paths:
         found.update(os.path.abspath(p) for p in glob.glob(pattern, recursive=True))
@@ -70,11 +70,7 @@ def find_inputs(config: Config) -> list[tuple[str, dict[str, str]]]:
             "relative to the config file's folder)",
         )
     rx = re.compile(config.inputs.pattern)
-    matched = []
-    for path in files:
-        m = rx.search(path.replace(os.sep, "/"))
-        if m:
-            matched.append((path, {k: v for k, v in m.groupdict().items() if v is not None}))
+    matched = [p for p in files if rx.search(p.replace(os.sep, "/"))]
     if not matched:
         raise ConfigError(
             "inputs.pattern",
@@ -125,26 +121,34 @@ def _stat(path: str) -> tuple[int, int]:
 
 
 def build_catalog(config: Config, max_threads: int = 8) -> Catalog:
-    """Find inputs, read headers (only new/changed ones when an index exists), build the table."""
+    """Find inputs, read headers (only new/changed ones when an index exists), build the table.
+
+    With ``inputs.trust_index`` the index is the input list: no glob, no stat, no file opened.
+    """
+    index = _load_index(config.inputs.index) if config.inputs.index else None
+    if config.inputs.trust_index:
+        if index is None:
+            raise ConfigError("inputs.index", f"{config.inputs.index} is missing or unreadable; run `pipeline index`")
+        return _catalog_from(index, config, [], headers_read=0)
     matched = find_inputs(config)
     skipped: list[dict[str, str]] = []
-    index = _load_index(config.inputs.index) if config.inputs.index else None
+    known = (
+        {} if index is None else dict(zip(index["path"], zip(index["size"], index["mtime"], strict=True), strict=True))
+    )
 
-    rows: dict[str, dict[str, Any]] = {}
+    keep_cached: list[str] = []
     to_read: list[str] = []
     stats: dict[str, tuple[int, int]] = {}
-    for path, _ in matched:
+    for path in matched:
         try:
             stats[path] = _stat(path)
         except OSError as e:
             skipped.append({"path": path, "error": f"cannot stat: {e.strerror or e}"})
             continue
-        if index is not None and path in index:
-            cached = index[path]
-            if (cached["size"], cached["mtime"]) == stats[path]:
-                rows[path] = cached
-                continue
-        to_read.append(path)
+        if known.get(path) == stats[path]:
+            keep_cached.append(path)
+        else:
+            to_read.append(path)
 
     def read_one(path: str) -> tuple[str, dict[str, Any] | None, str | None]:
         try:
@@ -154,6 +158,7 @@ def build_catalog(config: Config, max_threads: int = 8) -> Catalog:
         except Exception as e:  # noqa: BLE001 - any other failure is still this file's problem
             return path, None, f"{type(e).__name__}: {e}"
 
+    fresh = []
     if to_read:
         with ThreadPoolExecutor(min(max_threads, len(to_read))) as pool:
             for path, header, error in pool.map(read_one, to_read):
@@ -161,43 +166,57 @@ def build_catalog(config: Config, max_threads: int = 8) -> Catalog:
                     skipped.append({"path": path, "error": str(error)})
                 else:
                     size, mtime = stats[path]
-                    rows[path] = header | {"size": size, "mtime": mtime}
+                    fresh.append({"path": path, **header, "size": size, "mtime": mtime})
+    parts = [pd.DataFrame.from_records(fresh, columns=INDEX_COLUMNS)]
+    if index is not None and keep_cached:
+        parts.append(index[index["path"].isin(set(keep_cached))])
+    headers = pd.concat([p for p in parts if len(p)] or parts, ignore_index=True)
+    if config.inputs.index and (to_read or index is None or len(index) != len(headers)):
+        _write_index(config.inputs.index, headers)
+    return _catalog_from(headers, config, skipped, headers_read=len(to_read))
 
-    if config.inputs.index and (to_read or index is None or set(index) != set(rows)):
-        _write_index(config.inputs.index, rows)
 
-    records = []
-    date_format = config.inputs.date_format
-    for path, groups in matched:
-        if path not in rows:
+def _catalog_from(headers: pd.DataFrame, config: Config, skipped: list[dict[str, str]], headers_read: int) -> Catalog:
+    """Tile table from header rows: ``pattern`` groups extracted, dates parsed (once per distinct text)."""
+    paths = headers["path"].astype(str)
+    groups = (paths.str.replace(os.sep, "/", regex=False) if os.sep != "/" else paths).str.extract(
+        config.inputs.pattern
+    )
+    matched = groups["band"].notna().to_numpy()
+    if not matched.any():
+        raise ConfigError("inputs.pattern", f"none of the {len(headers)} input paths matches the pattern")
+    headers, groups = headers[matched], groups[matched]
+    date_text = groups["date"] if "date" in groups else pd.Series(np.nan, index=groups.index, dtype=object)
+    if "tag_date" in headers:
+        date_text = date_text.fillna(headers["tag_date"])
+    dates: dict[Any, datetime] = {}
+    for text, example in zip(*np.unique(date_text.fillna("").to_numpy(str), return_index=True), strict=True):
+        if not text:
+            dates[""] = datetime(1970, 1, 1)  # a single-date run without dates
             continue
-        row = dict(rows[path])
-        date_text = groups.get("date") or row.get("tag_date")
-        if date_text:
-            try:
-                date = datetime.strptime(date_text, date_format)
-            except ValueError as e:
-                raise ConfigError(
-                    "inputs.date_format",
-                    f"{path}: date {date_text!r} does not match {date_format!r} ({e})",
-                ) from e
-        else:
-            date = datetime(1970, 1, 1)  # a single-date run without dates
-        row.update(path=path, band=groups["band"], tile=groups.get("tile", ""), date=date)
-        records.append(row)
-
-    tiles = _finish_table(records, config, skipped)
+        try:
+            dates[text] = datetime.strptime(text, config.inputs.date_format)
+        except ValueError as e:
+            raise ConfigError(
+                "inputs.date_format",
+                f"{paths.iloc[example]}: date {text!r} does not match {config.inputs.date_format!r} ({e})",
+            ) from e
+    tiles = headers.assign(
+        band=groups["band"].astype(str),
+        tile=groups["tile"].fillna("").astype(str) if "tile" in groups else "",
+        date=date_text.fillna("").map(dates),
+    )
+    tiles = _finish_table(tiles, config, skipped)
     if config.execution.on_error == "fail" and skipped:
         first = skipped[0]
         raise TileReadError(first["path"], first["error"])
     for s in skipped:
         logger.warning("skipping %s: %s", s["path"], s["error"])
-    return Catalog(tiles=tiles, skipped=skipped, headers_read=len(to_read))
+    return Catalog(tiles=tiles, skipped=skipped, headers_read=headers_read)
 
 
-def _finish_table(records: list[dict[str, Any]], config: Config, skipped: list[dict[str, str]]) -> pd.DataFrame:
-    columns = ["path", "band", "tile", "date", *HEADER_COLUMNS, "size", "mtime"]
-    tiles = pd.DataFrame.from_records(records, columns=columns)
+def _finish_table(tiles: pd.DataFrame, config: Config, skipped: list[dict[str, str]]) -> pd.DataFrame:
+    tiles = tiles[["path", "band", "tile", "date", *HEADER_COLUMNS, "size", "mtime"]]
     if config.inputs.bands is not None:
         missing = [b for b in config.inputs.bands if b not in set(tiles["band"])]
         if missing:
@@ -229,7 +248,7 @@ def _finish_table(records: list[dict[str, Any]], config: Config, skipped: list[d
     return tiles.sort_values("path", kind="stable").reset_index(drop=True)
 
 
-def _load_index(path: str) -> dict[str, dict[str, Any]] | None:
+def _load_index(path: str) -> pd.DataFrame | None:
     if not os.path.exists(path):
         return None
     try:
@@ -237,20 +256,14 @@ def _load_index(path: str) -> dict[str, dict[str, Any]] | None:
     except Exception as e:  # noqa: BLE001
         logger.warning("tile index %s is unreadable (%s); rebuilding it", path, e)
         return None
-    if table.attrs.get("index_version", INDEX_VERSION) != INDEX_VERSION or "path" not in table:
+    if "path" not in table or set(INDEX_COLUMNS) - set(table.columns):
+        logger.warning("tile index %s has another layout; rebuilding it", path)
         return None
-    out = {}
-    for rec in table.to_dict("records"):
-        rec["overviews"] = [int(v) for v in rec["overviews"]]
-        out[rec["path"]] = rec
-    return out
+    return table
 
 
-def _write_index(path: str, rows: dict[str, dict[str, Any]]) -> None:
-    table = pd.DataFrame.from_records(
-        [{"path": p, **r} for p, r in sorted(rows.items())],
-        columns=["path", *HEADER_COLUMNS, "tag_date", "size", "mtime"],
-    )
+def _write_index(path: str, table: pd.DataFrame) -> None:
+    table = table[INDEX_COLUMNS].sort_values("path", kind="stable")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
     table.to_parquet(tmp, index=False)

@@ -178,11 +178,22 @@ def report(report_json: str, html_out: str | None) -> None:
 @click.argument("out", type=click.Path(file_okay=False))
 @click.option("--preset", default="small", show_default=True, type=click.Choice(["small", "casestudy"]))
 @click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--count", type=int, help="With --index-only: how many tiles (e.g. 192000).")
+@click.option("--index-only", is_flag=True, help="Write OUT/index.parquet and OUT/config.yaml, no rasters.")
 @_exits
-def fixtures(out: str, preset: str, seed: int) -> None:
+def fixtures(out: str, preset: str, seed: int, count: int | None, index_only: bool) -> None:
     """Write deterministic synthetic satellite tiles under OUT."""
-    from pipeline.fixtures import write_fixtures
+    from pipeline.fixtures import write_fixtures, write_virtual_index
 
+    if index_only:
+        try:
+            index, config = write_virtual_index(out, preset, count or 192_000)
+        except ValueError as e:
+            raise ConfigError("--count", str(e)) from e
+        click.echo(f"wrote {index} and {config}")
+        return
+    if count is not None:
+        raise ConfigError("--count", "only applies with --index-only")
     paths = write_fixtures(out, preset, seed)
     click.echo(f"wrote {len(paths)} tiles under {out}")
 

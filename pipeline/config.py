@@ -39,6 +39,7 @@ DEFAULTS: dict[str, Any] = {
         "bands": None,
         "nodata": None,
         "index": None,
+        "trust_index": False,
     },
     "grid": {"crs": None, "resolution": None, "bounds": None},
     "resampling": "average",
@@ -75,6 +76,8 @@ class InputsConfig:
     """Nodata used when a file declares none."""
     index: str | None
     """Absolute path of the Parquet tile index to build/reuse, or None."""
+    trust_index: bool = False
+    """Use the index as the input list: no glob, no stat, no file opened (planning at scale)."""
 
 
 @dataclass(frozen=True)
@@ -290,6 +293,10 @@ def validate(raw: dict[str, Any], source: str | None = None) -> Config:
     index = i["index"]
     if index is not None and not isinstance(index, str):
         raise ConfigError("inputs.index", "must be null or a path to a .parquet file")
+    if not isinstance(i["trust_index"], bool):
+        raise ConfigError("inputs.trust_index", f"must be true or false, got {i['trust_index']!r}")
+    if i["trust_index"] and index is None:
+        raise ConfigError("inputs.trust_index", "needs inputs.index: the Parquet index to trust")
 
     crs = validate_crs(g["crs"], "grid.crs") if g["crs"] is not None else None
     if crs is None:
@@ -359,6 +366,7 @@ def validate(raw: dict[str, Any], source: str | None = None) -> Config:
             bands=bands,
             nodata=None if nodata is None else float(nodata),
             index=index,
+            trust_index=i["trust_index"],
         ),
         grid=GridConfig(crs=crs, resolution=res_xy, bounds=bounds),
         resampling=resampling,

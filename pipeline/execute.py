@@ -28,7 +28,7 @@ from pipeline.report import (
     summarise_workers,
     write_report,
 )
-from pipeline.task import TaskContext, run_partition
+from pipeline.task import TaskContext, run_partition, warm_up
 from pipeline.write import create_store, finalize_store, journal_done, store_config
 
 logger = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def summarise_plan(config: Config, catalog: Any, plan: Plan) -> dict[str, Any]:
     """What ``pipeline plan`` prints: inputs, grid, chunks, tasks, bytes, advice."""
     import statistics
 
-    costs = [p.cost_bytes / 1e6 for p in plan.partitions] or [0.0]
+    costs = [float(c) / 1e6 for c in plan.partitions.costs()] or [0.0]
     advice = []
     workers = config.execution.workers or os.cpu_count() or 1
     if len(plan.partitions) < 2 * workers:
@@ -140,7 +140,7 @@ def _prepare_store(config: Config, plan: Plan, *, overwrite: bool, resume: bool)
             raise ConfigError("--resume", f"{path} was made with different settings: " + "; ".join(diff or ["unknown"]))
         if attrs.get("pipeline_complete"):
             logger.info("%s is already complete; nothing to resume", path)
-            return {p.key for p in plan.partitions}
+            return set(plan.partitions.keys())
         done = journal_done(path)
         logger.info("resuming %s: %d of %d partitions already done", path, len(done), len(plan.partitions))
         return done
@@ -164,6 +164,7 @@ def _execute(
         info = client.scheduler_info(n_workers=-1)["workers"]
         worker_names = [str(w.get("name", a)) for a, w in info.items()]
         threads = sum(int(w.get("nthreads", 1)) for w in info.values()) or 1
+        client.run(warm_up)
         t_exec = time.perf_counter()
         futures = [
             client.submit(run_partition, p, ctx, key=p.key, retries=config.execution.retries, pure=False) for p in todo
@@ -202,7 +203,7 @@ def run(
     config_hash = config.output_hash()
     with clock.stage("write"):
         done = _prepare_store(config, plan, overwrite=overwrite, resume=resume)
-    todo = [p for p in plan.partitions if p.key not in done]
+    todo = [plan.partitions[i] for i, key in enumerate(plan.partitions.keys()) if key not in done]
     if shuffle_seed is not None:
         import random
 

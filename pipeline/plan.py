@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 import pandas as pd
@@ -82,6 +84,100 @@ class BandSpec:
 
 
 @dataclass(frozen=True)
+class PlanTables:
+    """The plan in columns: tiles, (tile, chunk) windows, chunk jobs, partitions (offsets)."""
+
+    paths: np.ndarray
+    crs: np.ndarray
+    nodata: np.ndarray
+    levels: np.ndarray
+    """Overview level per tile (-1: full resolution)."""
+    aff: np.ndarray
+    """(tiles, 6) affine per tile at its level."""
+    pair_tile: np.ndarray
+    pair_win: np.ndarray
+    """(pairs, 4): row0, col0, row1, col1 at the tile's level."""
+    job_band: np.ndarray
+    job_t: np.ndarray
+    job_cy: np.ndarray
+    job_cx: np.ndarray
+    job_start: np.ndarray
+    """(jobs + 1) offsets into the pairs."""
+    job_cost: np.ndarray
+    part_start: np.ndarray
+    """(partitions + 1) offsets into the jobs."""
+
+
+class Partitions(Sequence[Partition]):
+    """The plan's partitions, built one at a time when asked for: a 192,000-tile plan holds
+    ~10^6 windows as arrays, and only the tasks being submitted become Python objects."""
+
+    def __init__(self, tables: PlanTables, grid: GridSpec, bands: tuple[BandSpec, ...], key_prefix: str) -> None:
+        self._t, self._grid, self._bands, self._prefix = tables, grid, bands, key_prefix
+
+    def __len__(self) -> int:
+        return len(self._t.part_start) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> Partition: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Partition]: ...
+    def __getitem__(self, i: int | slice) -> Partition | list[Partition]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        t = self._t
+        j0, j1 = int(t.part_start[i]), int(t.part_start[i + 1])
+        jobs = tuple(self._job(j) for j in range(j0, j1))
+        return Partition(index=i, key=self.key(i), jobs=jobs, cost_bytes=int(t.job_cost[j0:j1].sum()))
+
+    def key(self, i: int) -> str:
+        """Deterministic key: the partition's first and last chunk and its size identify its content."""
+        t = self._t
+        j0, j1 = int(t.part_start[i]), int(t.part_start[i + 1]) - 1
+        ident = f"{j1 - j0 + 1}:" + ";".join(
+            f"{t.job_band[j]}/{t.job_t[j]}/{t.job_cy[j]}/{t.job_cx[j]}" for j in (j0, j1)
+        )
+        return f"{self._prefix}-{i:06d}-{hashlib.blake2b(ident.encode(), digest_size=6).hexdigest()}"
+
+    def keys(self) -> list[str]:
+        return [self.key(i) for i in range(len(self))]
+
+    def costs(self) -> np.ndarray:
+        return np.add.reduceat(self._t.job_cost, self._t.part_start[:-1]) if len(self) else np.zeros(0)
+
+    def _job(self, j: int) -> ChunkJob:
+        t = self._t
+        cy, cx = int(t.job_cy[j]), int(t.job_cx[j])
+        sources = []
+        for p in range(int(t.job_start[j]), int(t.job_start[j + 1])):
+            i = int(t.pair_tile[p])
+            r0, c0, r1, c1 = (int(v) for v in t.pair_win[p])
+            sources.append(
+                SourceWindow(
+                    path=t.paths[i],
+                    overview_level=int(t.levels[i]),
+                    window=(r0, c0, r1 - r0, c1 - c0),
+                    transform=offset_transform(tuple(float(v) for v in t.aff[i]), r0, c0),
+                    crs=t.crs[i],
+                    nodata=float(t.nodata[i]),
+                )
+            )
+        return ChunkJob(
+            band=self._bands[int(t.job_band[j])].name,
+            t=int(t.job_t[j]),
+            cy=cy,
+            cx=cx,
+            window=self._grid.chunk_window(cy, cx),
+            sources=tuple(sources),
+            cost_bytes=int(t.job_cost[j]),
+        )
+
+
+@dataclass(frozen=True)
 class Plan:
     grid: GridSpec
     bands: tuple[BandSpec, ...]
@@ -89,7 +185,9 @@ class Plan:
     """ISO dates of the time axis, ascending."""
     resampling: str
     fuse: str
-    partitions: tuple[Partition, ...]
+    partitions: Partitions
+    """One task each; built lazily from ``tables``."""
+    tables: PlanTables
     n_chunks: int
     """Output chunks in the cube (bands x times x spatial chunks), written or not."""
     n_jobs: int
@@ -100,7 +198,7 @@ class Plan:
     bytes_out: int
     """Uncompressed bytes of the whole cube."""
     levels_used: dict[str, int]
-    """Tiles read at each overview level ("full", "1/2", ...)."""
+    """Tiles read at each overview level ("full", "overview 0", ...)."""
 
 
 def compute_band_specs(tiles: pd.DataFrame, bands_order: tuple[str, ...] | None) -> tuple[BandSpec, ...]:
@@ -150,14 +248,25 @@ def compute_levels(tiles: pd.DataFrame, grid_crs: str, res_xy: tuple[float, floa
         scale[idx] = np.sqrt(np.abs(j11 * j22 - j12 * j21))
     target_src = math.sqrt(res_xy[0] * res_xy[1]) / scale
     src_res = np.sqrt(np.abs(a * e))
-    width, height = tiles["width"].to_numpy(), tiles["height"].to_numpy()
-    for i, factors in enumerate(tiles["overviews"]):
-        for lvl, f in enumerate(factors):
-            ow, oh = math.ceil(width[i] / f), math.ceil(height[i] / f)
-            ovr_res = src_res[i] * math.sqrt((width[i] / ow) * (height[i] / oh))
-            if ovr_res <= target_src[i] * OVERVIEW_TOLERANCE:
-                levels[i] = lvl
+    width, height = tiles["width"].to_numpy("f8"), tiles["height"].to_numpy("f8")
+    factors = _factor_matrix(tiles)
+    for lvl in range(factors.shape[1]):
+        f = factors[:, lvl]
+        has = f > 0
+        fs = np.where(has, f, 1)
+        ovr_res = src_res * np.sqrt((width / np.ceil(width / fs)) * (height / np.ceil(height / fs)))
+        levels[has & (ovr_res <= target_src * OVERVIEW_TOLERANCE)] = lvl
     return levels
+
+
+def _factor_matrix(tiles: pd.DataFrame) -> np.ndarray:
+    """Overview factors as a (tiles, max levels) int matrix, 0 where a tile has fewer levels."""
+    lists = tiles["overviews"].to_numpy()
+    depth = max((len(v) for v in lists), default=0)
+    out = np.zeros((len(lists), depth), dtype=np.int64)
+    for k, v in enumerate(lists):
+        out[k, : len(v)] = v
+    return out
 
 
 def level_transforms(tiles: pd.DataFrame, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -165,12 +274,13 @@ def level_transforms(tiles: pd.DataFrame, levels: np.ndarray) -> tuple[np.ndarra
     aff = tiles[["a", "b", "c", "d", "e", "f"]].to_numpy("f8").copy()
     width = tiles["width"].to_numpy().astype(np.int64)
     height = tiles["height"].to_numpy().astype(np.int64)
-    lw, lh = width.copy(), height.copy()
-    for i in np.flatnonzero(levels >= 0):
-        f = tiles["overviews"].iloc[i][levels[i]]
-        lw[i], lh[i] = math.ceil(width[i] / f), math.ceil(height[i] / f)
-        aff[i, 0] *= width[i] / lw[i]
-        aff[i, 4] *= height[i] / lh[i]
+    factors = _factor_matrix(tiles)
+    f = np.ones(len(tiles), dtype=np.int64)
+    sel = levels >= 0
+    f[sel] = factors[np.flatnonzero(sel), levels[sel]]
+    lw, lh = -(-width // f), -(-height // f)
+    aff[:, 0] *= width / lw
+    aff[:, 4] *= height / lh
     return aff, lw, lh
 
 
@@ -260,74 +370,80 @@ def compute_plan(
     pair_band, pair_t = pair_band[order], pair_t[order]
     pair_bytes = (win[:, 2] - win[:, 0]) * (win[:, 3] - win[:, 1]) * itemsize[pair_band]
 
-    paths, nodata = tiles["path"].to_numpy(), tiles["nodata"].to_numpy("f8")
-    jobs: list[ChunkJob] = []
-    bounds_idx = np.flatnonzero(np.diff(np.stack([pair_t, pair_band, pair_cy, pair_cx]), axis=1).any(axis=0)) + 1
-    starts = np.concatenate([[0], bounds_idx]) if len(tile_of) else np.array([], dtype=np.int64)
-    ends = np.concatenate([bounds_idx, [len(tile_of)]]) if len(tile_of) else np.array([], dtype=np.int64)
-    for s, end in zip(starts, ends, strict=True):
-        cy, cx, b = int(pair_cy[s]), int(pair_cx[s]), int(pair_band[s])
-        cwin = grid.chunk_window(cy, cx)
-        sources = []
-        for p in range(s, end):
-            i = tile_of[p]
-            r0, c0, r1, c1 = (int(v) for v in win[p])
-            ta = tuple(float(v) for v in aff[i])
-            sources.append(
-                SourceWindow(
-                    path=str(paths[i]),
-                    overview_level=int(levels[i]),
-                    window=(r0, c0, r1 - r0, c1 - c0),
-                    transform=offset_transform(ta, r0, c0),
-                    crs=str(tile_crs[i]),
-                    nodata=float(nodata[i]),
-                )
-            )
-        out_bytes = cwin[2] * cwin[3] * int(itemsize[b])
-        jobs.append(ChunkJob(
-            band=bands[b].name, t=int(pair_t[s]), cy=cy, cx=cx, window=cwin,
-            sources=tuple(sources), cost_bytes=int(pair_bytes[s:end].sum()) + out_bytes,
-        ))  # fmt: skip
+    paths = tiles["path"].to_numpy().astype(object)
+    n_pairs = len(tile_of)
+    if n_pairs:
+        new_job = np.empty(n_pairs, dtype=bool)
+        new_job[0] = True
+        new_job[1:] = np.diff(np.stack([pair_t, pair_band, pair_cy, pair_cx]), axis=1).any(axis=0)
+        job_first = np.flatnonzero(new_job)
+    else:
+        job_first = np.zeros(0, dtype=np.int64)
+    job_start = np.append(job_first, n_pairs).astype(np.int64)
+    job_band, job_t = pair_band[job_first], pair_t[job_first]
+    job_cy, job_cx = pair_cy[job_first], pair_cx[job_first]
+    ch, cw = grid.chunks_yx
+    h, w = grid.shape_yx
+    out_px = np.minimum(ch, h - job_cy * ch) * np.minimum(cw, w - job_cx * cw)
+    read_bytes = np.add.reduceat(pair_bytes, job_first) if n_pairs else np.zeros(0, dtype=np.int64)
+    job_cost = (read_bytes + out_px * itemsize[job_band]).astype(np.int64)
+    part_start = pack_partitions(job_cost, partition_mb * 1e6)
 
-    partitions = pack_partitions(jobs, partition_mb * 1e6, key_prefix)
+    tables = PlanTables(
+        paths=paths, crs=tiles["crs"].to_numpy().astype(object), nodata=tiles["nodata"].to_numpy("f8"),
+        levels=levels, aff=aff, pair_tile=tile_of, pair_win=win, job_band=job_band, job_t=job_t,
+        job_cy=job_cy, job_cx=job_cx, job_start=job_start, job_cost=job_cost, part_start=part_start,
+    )  # fmt: skip
+    used = levels[np.unique(tile_of)] if n_pairs else levels[:0]
     ny_, nx_ = grid.n_chunks_yx
-    level_names = {-1: "full"} | {i: f"overview {i}" for i in range(int(levels.max()) + 1 if len(levels) else 0)}
-    used_levels = levels[np.unique(tile_of)] if len(tile_of) else levels[:0]
     return Plan(
         grid=grid,
         bands=bands,
         times=tuple(pd.Timestamp(t).strftime("%Y-%m-%dT%H:%M:%S") for t in times),
         resampling=resampling,
         fuse=fuse,
-        partitions=tuple(partitions),
+        partitions=Partitions(tables, grid, bands, key_prefix),
+        tables=tables,
         n_chunks=len(bands) * len(times) * ny_ * nx_,
-        n_jobs=len(jobs),
-        n_pairs=len(tile_of),
+        n_jobs=len(job_first),
+        n_pairs=n_pairs,
         bytes_read=int(pair_bytes.sum()),
         bytes_out=int(sum(int(np.prod(grid.shape_yx)) * len(times) * np.dtype(b.dtype).itemsize for b in bands)),
         levels_used={
-            level_names[int(v)]: int(n) for v, n in zip(*np.unique(used_levels, return_counts=True), strict=True)
+            ("full" if v < 0 else f"overview {v}"): int(n)
+            for v, n in zip(*np.unique(used, return_counts=True), strict=True)
         },
     )
 
 
-def pack_partitions(jobs: list[ChunkJob], target_bytes: float, key_prefix: str) -> list[Partition]:
-    """Greedy in job order: close a partition once adding the next job would pass the target."""
-    groups: list[list[ChunkJob]] = []
-    current: list[ChunkJob] = []
+def pack_partitions(job_cost: np.ndarray, target_bytes: float, split_factor: float = 3.0) -> np.ndarray:
+    """Offsets of partitions over jobs in order: greedy packing to ``target_bytes`` (tiny work batched),
+    then any partition over ``split_factor`` x the median cost split in halves (no long tail).
+
+    A single job is never split: a chunk is the unit of writing.
+    """
+    starts = [0]
     size = 0
-    for job in jobs:
-        if current and size + job.cost_bytes > target_bytes:
-            groups.append(current)
-            current, size = [], 0
-        current.append(job)
-        size += job.cost_bytes
-    if current:
-        groups.append(current)
-    out = []
-    for i, group in enumerate(groups):
-        ident = ";".join(f"{j.band}/{j.t}/{j.cy}/{j.cx}" for j in group)
-        digest = hashlib.blake2b(ident.encode(), digest_size=6).hexdigest()
-        out.append(Partition(index=i, key=f"{key_prefix}-{i:06d}-{digest}", jobs=tuple(group),
-                             cost_bytes=sum(j.cost_bytes for j in group)))  # fmt: skip
-    return out
+    for j, c in enumerate(job_cost.tolist()):
+        if j > starts[-1] and size + c > target_bytes:
+            starts.append(j)
+            size = 0
+        size += c
+    bounds = [*starts, len(job_cost)] if len(job_cost) else [0]
+    csum = np.concatenate([[0], np.cumsum(job_cost)])
+    if len(bounds) > 2:
+        median = float(np.median(np.diff(csum[bounds])))
+        out = [0]
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            stack = [(a, b)]
+            while stack:
+                lo, hi = stack.pop()
+                if hi - lo > 1 and csum[hi] - csum[lo] > split_factor * median:
+                    # split where the cumulative cost crosses half
+                    mid = int(np.searchsorted(csum, (csum[lo] + csum[hi]) / 2, side="right")) - 1
+                    mid = min(max(mid, lo + 1), hi - 1)
+                    stack += [(mid, hi), (lo, mid)]
+                else:
+                    out.append(hi)
+        bounds = out
+    return np.asarray(bounds, dtype=np.int64)

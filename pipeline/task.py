@@ -43,6 +43,15 @@ def _worker_name() -> str:
         return f"local-{os.getpid()}"
 
 
+def warm_up() -> int:
+    """Import the I/O stack on a worker before its first task, so start-up is not timed as reading."""
+    import rasterio  # noqa: F401
+    import rasterio.warp  # noqa: F401
+    import zarr  # noqa: F401
+
+    return os.getpid()
+
+
 def run_partition(partition: Partition, ctx: TaskContext) -> dict[str, Any]:
     """Compute and write every chunk of ``partition``; return its timing record."""
     start = time.time()
