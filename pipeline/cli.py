@@ -107,16 +107,35 @@ def run(config: str, sets: tuple[str, ...], workers: int | None, scheduler: str 
 @click.argument("config", type=click.Path(dir_okay=False))
 @set_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--from-report",
+    "from_report",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A previous run's report: estimate the workers this plan needs from its measured costs.",
+)
+@click.option("--target-time", type=float, default=180.0, show_default=True, help="Seconds, for --from-report.")
 @click.option("-v", "--verbose", count=True)
 @_exits
-def plan(config: str, sets: tuple[str, ...], as_json: bool, verbose: int) -> None:
+def plan(config: str, sets: tuple[str, ...], as_json: bool, from_report: str | None, target_time: float,
+         verbose: int) -> None:  # fmt: skip
     """Dry run: inputs, target grid, partitions, bytes, task count. Reads no pixels."""
     from pipeline.execute import plan_run, summarise_plan
 
     _setup_logging(verbose, False)
     cfg = _load(config, sets)
-    catalog, p = plan_run(cfg)
-    summary = summarise_plan(cfg, catalog, p)
+    from pipeline.report import StageClock
+
+    clock = StageClock()
+    catalog, p = plan_run(cfg, clock)
+    summary = summarise_plan(cfg, catalog, p, clock)
+    if from_report:
+        from pipeline.report import read_report
+        from pipeline.sizing import estimate_for_plan
+
+        if target_time <= 0:
+            raise ConfigError("--target-time", f"must be positive, got {target_time}")
+        summary["sizing"] = estimate_for_plan(read_report(from_report), summary, target_time)
+        summary["sizing"]["from_report"] = from_report
     if as_json:
         click.echo(json.dumps(summary, indent=1))
         return
@@ -136,6 +155,10 @@ def plan(config: str, sets: tuple[str, ...], as_json: bool, verbose: int) -> Non
                f"raw; overview levels {summary['levels_used']}")  # fmt: skip
     for line in summary["advice"]:
         click.echo(f"advice      {line}")
+    if "sizing" in summary:
+        from pipeline.sizing import format_estimate
+
+        click.echo(format_estimate(summary["sizing"], f"sizing      from {from_report}:"))
 
 
 @main.command()

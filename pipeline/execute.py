@@ -80,7 +80,7 @@ def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
     return Client(cluster), cluster
 
 
-def summarise_plan(config: Config, catalog: Any, plan: Plan) -> dict[str, Any]:
+def summarise_plan(config: Config, catalog: Any, plan: Plan, clock: StageClock | None = None) -> dict[str, Any]:
     """What ``pipeline plan`` prints: inputs, grid, chunks, tasks, bytes, advice."""
     import statistics
 
@@ -124,6 +124,8 @@ def summarise_plan(config: Config, catalog: Any, plan: Plan) -> dict[str, Any]:
         "bytes_out": plan.bytes_out,
         "levels_used": plan.levels_used,
         "advice": advice,
+        "driver_s": sum(clock.seconds.values()) if clock else None,
+        "timings_s": dict(clock.seconds) if clock else {},
     }
 
 

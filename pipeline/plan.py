@@ -13,7 +13,7 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
 import pandas as pd
@@ -66,13 +66,60 @@ class ChunkJob:
 
 @dataclass(frozen=True)
 class Partition:
-    """One task: chunks that are read, resampled and written together."""
+    """One task: chunks that are read, resampled and written together.
+
+    Pickles compactly (what a task sends): each (file, level) once, then arrays of windows and jobs.
+    """
 
     index: int
     key: str
     """Deterministic task key."""
     jobs: tuple[ChunkJob, ...]
     cost_bytes: int
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        files: dict[tuple[str, int], int] = {}
+        file_rows: list[tuple[str, int, str, float, float, float, float, float]] = []
+        bands: dict[str, int] = {}
+        src_file, src_win, src_cf, job_rows, job_cost = [], [], [], [], []
+        for j in self.jobs:
+            for w in j.sources:
+                k = files.setdefault((w.path, w.overview_level), len(files))
+                if k == len(file_rows):
+                    t = w.transform
+                    file_rows.append((w.path, w.overview_level, w.crs, w.nodata, t[0], t[1], t[3], t[4]))
+                src_file.append(k)
+                src_win.append(w.window)
+                src_cf.append((w.transform[2], w.transform[5]))
+            job_rows.append((bands.setdefault(j.band, len(bands)), j.t, j.cy, j.cx, *j.window, len(j.sources)))
+            job_cost.append(j.cost_bytes)
+        arrays = (
+            np.asarray(src_file, dtype=np.int32),
+            np.asarray(src_win, dtype=np.int32).reshape(-1, 4),
+            np.asarray(src_cf, dtype="f8").reshape(-1, 2),
+            np.asarray(job_rows, dtype=np.int32).reshape(-1, 9),
+            np.asarray(job_cost, dtype=np.int64),
+        )
+        return _unpack_partition, (self.index, self.key, self.cost_bytes, tuple(bands), tuple(file_rows), arrays)
+
+
+def _unpack_partition(index: int, key: str, cost: int, bands: tuple[str, ...],
+                      file_rows: tuple[tuple[Any, ...], ...], arrays: tuple[np.ndarray, ...]) -> Partition:  # fmt: skip
+    src_file, src_win, src_cf, job_rows, job_cost = arrays
+    jobs, s = [], 0
+    for row, cost_bytes in zip(job_rows.tolist(), job_cost.tolist(), strict=True):
+        b, t, cy, cx, r0, c0, h, w, n = row
+        sources = []
+        for k in range(s, s + n):
+            path, level, crs, nodata, a, bb, d, e = file_rows[int(src_file[k])]
+            c, f = (float(v) for v in src_cf[k])
+            wr, wc, wh, ww = (int(v) for v in src_win[k])
+            sources.append(SourceWindow(path=path, overview_level=level, window=(wr, wc, wh, ww),
+                                        transform=(a, bb, c, d, e, f), crs=crs, nodata=nodata))  # fmt: skip
+        s += n
+        jobs.append(ChunkJob(band=bands[b], t=t, cy=cy, cx=cx, window=(r0, c0, h, w), sources=tuple(sources),
+                             cost_bytes=cost_bytes))  # fmt: skip
+    return Partition(index=index, key=key, jobs=tuple(jobs), cost_bytes=cost)
 
 
 @dataclass(frozen=True)
@@ -417,33 +464,26 @@ def compute_plan(
 
 
 def pack_partitions(job_cost: np.ndarray, target_bytes: float, split_factor: float = 3.0) -> np.ndarray:
-    """Offsets of partitions over jobs in order: greedy packing to ``target_bytes`` (tiny work batched),
-    then any partition over ``split_factor`` x the median cost split in halves (no long tail).
+    """Offsets of partitions over the jobs, in job order.
 
+    K = ceil(total / target) partitions cut where the cumulative cost crosses each k/K of the total,
+    so tiny jobs are batched and partitions are even (within one job). Then, until none is left,
+    any partition of several jobs costing over ``split_factor`` x the median is halved by cost.
     A single job is never split: a chunk is the unit of writing.
     """
-    starts = [0]
-    size = 0
-    for j, c in enumerate(job_cost.tolist()):
-        if j > starts[-1] and size + c > target_bytes:
-            starts.append(j)
-            size = 0
-        size += c
-    bounds = [*starts, len(job_cost)] if len(job_cost) else [0]
-    csum = np.concatenate([[0], np.cumsum(job_cost)])
-    if len(bounds) > 2:
-        median = float(np.median(np.diff(csum[bounds])))
-        out = [0]
-        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-            stack = [(a, b)]
-            while stack:
-                lo, hi = stack.pop()
-                if hi - lo > 1 and csum[hi] - csum[lo] > split_factor * median:
-                    # split where the cumulative cost crosses half
-                    mid = int(np.searchsorted(csum, (csum[lo] + csum[hi]) / 2, side="right")) - 1
-                    mid = min(max(mid, lo + 1), hi - 1)
-                    stack += [(mid, hi), (lo, mid)]
-                else:
-                    out.append(hi)
-        bounds = out
-    return np.asarray(bounds, dtype=np.int64)
+    n = len(job_cost)
+    if n == 0:
+        return np.zeros(1, dtype=np.int64)
+    csum = np.concatenate([[0.0], np.cumsum(job_cost, dtype="f8")])
+    k = max(1, math.ceil(csum[-1] / target_bytes))
+    cuts = np.searchsorted(csum, csum[-1] * np.arange(1, k) / k, side="left")
+    bounds = np.unique(np.concatenate([[0], np.clip(cuts, 1, n - 1) if n > 1 else [], [n]]).astype(np.int64))
+    while len(bounds) > 2:
+        costs = csum[bounds[1:]] - csum[bounds[:-1]]
+        too_big = (costs > split_factor * np.median(costs)) & (np.diff(bounds) > 1)
+        if not too_big.any():
+            break
+        lo, hi = bounds[:-1][too_big], bounds[1:][too_big]
+        mid = np.searchsorted(csum, (csum[lo] + csum[hi]) / 2, side="left")
+        bounds = np.unique(np.concatenate([bounds, np.clip(mid, lo + 1, hi - 1)]))
+    return bounds

@@ -126,9 +126,31 @@ def test_partitions_pack_in_order_to_the_target_and_keys_are_stable() -> None:
     assert len(big.partitions) == 1 and len(small.partitions) > 5
     flat = [j for p in small.partitions for j in p.jobs]
     assert flat == list(big.partitions[0].jobs)
-    for p in small.partitions:
-        assert p.cost_bytes <= 0.05e6 or len(p.jobs) == 1
+    total = sum(p.cost_bytes for p in small.partitions)
+    k = int(np.ceil(total / 0.05e6))
+    biggest_job = max(j.cost_bytes for j in flat)
+    for p in small.partitions:  # even cuts: each partition is its share of the total, within one job
+        assert p.cost_bytes <= total / k + biggest_job
     again = compute_plan(tiles, partition_mb=0.05, **kw)
     assert [p.key for p in again.partitions] == [p.key for p in small.partitions]
     assert len({p.key for p in small.partitions}) == len(small.partitions)
     assert max(len(pickle.dumps(p)) for p in small.partitions) < 64 * 1024
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.one_of(st.integers(1, 1000), st.integers(10_000, 10**6)), min_size=1, max_size=400),
+    st.floats(100, 5e6),
+)  # fmt: skip
+def test_partitions_are_even_ordered_and_have_no_long_tail(costs: list[int], target: float) -> None:
+    from pipeline.plan import pack_partitions
+
+    job_cost = np.asarray(costs, dtype=np.int64)
+    bounds = pack_partitions(job_cost, target)
+    assert bounds[0] == 0 and bounds[-1] == len(costs) and np.all(np.diff(bounds) > 0)
+    part = np.add.reduceat(job_cost, bounds[:-1])
+    k = max(1, int(np.ceil(job_cost.sum() / target)))
+    several = np.diff(bounds) > 1
+    assert np.all(part[several] <= 3 * np.median(part) + 1e-9)
+    # A partition of several jobs holds at most its share of the total plus one job.
+    assert np.all(part[several] <= job_cost.sum() / k + job_cost.max())

@@ -1,0 +1,111 @@
+"""How many workers a run needs: per-byte stage costs measured by one run, applied to another plan.
+
+Pure functions over a run report (what was measured) and a plan summary (what
+is to be done). Task stages spread over workers: ``read`` and ``resample`` are
+charged per decoded byte read, ``write`` per raw byte written. Driver stages
+(planning, finalising; indexing unless the index is trusted) are serial and
+charged per file. Workers are single-threaded and as fast as the measured ones.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+TASK_STAGES = ("read", "resample", "write")
+
+
+def measure_costs(report: dict[str, Any]) -> dict[str, float]:
+    """Seconds per byte (task stages) and per file (driver stages) from a run report."""
+    st = report["stage_task_s"]
+    read_b = max(report["inputs"]["bytes_read"], 1)
+    written_b = max(sum(t["bytes_written"] for t in report["tasks"]), 1)
+    files = max(report["inputs"]["files"], 1)
+    return {
+        "read_s_per_byte": st["read"] / read_b,
+        "resample_s_per_byte": st["resample"] / read_b,
+        "write_s_per_byte": st["write"] / written_b,
+        "index_s_per_file": st["index"] / files,
+        "plan_s_per_file": st["plan"] / files,
+        "finalize_s": st["finalize"],
+    }
+
+
+def estimate_workers(
+    costs: dict[str, float], *, bytes_read: float, bytes_written: float, files: int, target_s: float,
+    index_trusted: bool = True, driver_s: float | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Workers needed to finish in ``target_s``, and the stage that limits it.
+
+    ``driver_s``: the index+plan time when it was measured on this very plan (else extrapolated per file).
+    """
+    task_s = {
+        "read": costs["read_s_per_byte"] * bytes_read,
+        "resample": costs["resample_s_per_byte"] * bytes_read,
+        "write": costs["write_s_per_byte"] * bytes_written,
+    }
+    if driver_s is not None:
+        serial = driver_s + costs["finalize_s"]
+    else:
+        serial = costs["plan_s_per_file"] * files + costs["finalize_s"]
+        if not index_trusted:
+            serial += costs["index_s_per_file"] * files
+    total = sum(task_s.values())
+    budget = target_s - serial
+    workers = math.ceil(total / budget) if budget > 0 else None
+    return {
+        "target_s": target_s,
+        "files": files,
+        "bytes_read": bytes_read,
+        "bytes_written": bytes_written,
+        "task_s": task_s,
+        "task_core_hours": total / 3600,
+        "serial_driver_s": serial,
+        "workers_needed": workers,
+        "limiting_stage": max(task_s, key=task_s.__getitem__) if workers else "driver (serial planning)",
+    }
+
+
+def estimate_for_plan(report: dict[str, Any], plan_summary: dict[str, Any], target_s: float) -> dict[str, Any]:
+    """``pipeline plan --from-report``: the plan's bytes at the report's measured costs; the plan's own
+    measured index+plan time as the serial driver work."""
+    return estimate_workers(
+        measure_costs(report),
+        bytes_read=plan_summary["bytes_to_read"],
+        bytes_written=plan_summary["bytes_out"],
+        files=plan_summary["inputs"]["files"],
+        target_s=target_s,
+        driver_s=plan_summary["driver_s"],
+    )
+
+
+def project_bytes(report: dict[str, Any], files: int, input_bytes: float, target_s: float) -> dict[str, Any]:
+    """Scale by input file bytes: for an archive whose files are larger than the measured ones."""
+    scale = input_bytes / max(report["inputs"]["bytes"], 1)
+    return estimate_workers(
+        measure_costs(report),
+        bytes_read=report["inputs"]["bytes_read"] * scale,
+        bytes_written=sum(t["bytes_written"] for t in report["tasks"]) * scale,
+        files=files,
+        target_s=target_s,
+    )
+
+
+def format_estimate(e: dict[str, Any], title: str) -> str:
+    total = sum(e["task_s"].values()) or 1.0
+    lines = [
+        f"{title}",
+        f"  to read {e['bytes_read'] / 1e9:,.1f} GB decoded, write {e['bytes_written'] / 1e9:,.1f} GB raw; "
+        f"task work {e['task_core_hours']:,.1f} core-hours ("
+        + ", ".join(f"{s} {v / total:.0%}" for s, v in e["task_s"].items())
+        + ")",
+        f"  serial driver work {e['serial_driver_s']:.1f} s (planning {e['files']:,} files, finalising)",
+    ]
+    if e["workers_needed"] is None:
+        lines.append(f"  {e['target_s']:.0f} s is out of reach: the serial driver work alone exceeds it")
+    else:
+        lines.append(
+            f"  ~{e['workers_needed']:,} single-threaded workers to finish in {e['target_s']:.0f} s; "
+            f"limited by {e['limiting_stage']}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,76 @@
+"""Full scale without the pixels: a virtual 192,000-tile index, planned from the index alone."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipeline.config import load_config
+from pipeline.execute import plan_run, run
+from pipeline.fixtures import write_virtual_index
+from tests.conftest import write_config
+
+FULL = 192_000
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def virtual(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("virtual")
+    write_virtual_index(out, "casestudy", FULL)
+    return out
+
+
+def test_index_only_fixture_from_the_cli(tmp_path: Path) -> None:
+    r = cli("fixtures", str(tmp_path), "--preset", "casestudy", "--count", "19200", "--index-only")
+    assert r.returncode == 0, r.stderr
+    index = pd.read_parquet(tmp_path / "index.parquet")
+    assert len(index) == 19200 and not list(tmp_path.rglob("*.tif"))
+    assert set(index["crs"]) == {"EPSG:32631", "EPSG:32632"}
+    assert sorted(set(index["a"])) == [10.0, 20.0, 60.0]
+    assert (tmp_path / "config.yaml").exists()
+    bad = cli("fixtures", str(tmp_path / "x"), "--count", "1000", "--index-only")
+    assert bad.returncode == 2 and "--count" in bad.stderr
+
+
+def test_plan_192000_tiles_from_the_index_alone(virtual: Path) -> None:
+    r = cli("plan", str(virtual / "config.yaml"), "--json")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    # The files do not exist: every figure below came from the index, no raster opened or stat'ed.
+    assert plan["inputs"]["files"] == FULL and plan["inputs"]["skipped"] == []
+    assert 0 < plan["tasks"] <= 100_000
+    assert plan["chunks"] >= plan["jobs"] > 100_000 and plan["windows"] > plan["jobs"]
+    assert plan["bytes_to_read"] > 50e9 and plan["bytes_out"] > 50e9
+    assert plan["partition_mb"]["max"] <= 3 * plan["partition_mb"]["median"]
+
+
+def test_every_task_of_the_full_plan_is_small(virtual: Path) -> None:
+    _, plan = plan_run(load_config(virtual / "config.yaml"))
+    sizes = [len(pickle.dumps(p)) for p in plan.partitions]
+    assert len(sizes) == len(plan.partitions) and max(sizes) <= 64 * 1024
+
+
+def test_sizing_from_a_measured_run(virtual: Path, tmp_path: Path, small_dir: Path) -> None:
+    cfg = load_config(write_config(tmp_path, str(small_dir / "**" / "*.tif")))
+    run(cfg)
+    r = cli("plan", str(virtual / "config.yaml"), "--json", "--from-report", cfg.report_path, "--target-time", "180")
+    assert r.returncode == 0, r.stderr
+    sizing = json.loads(r.stdout)["sizing"]
+    assert sizing["workers_needed"] >= 1 and sizing["limiting_stage"] in ("read", "resample", "write")
+    assert sizing["serial_driver_s"] < 180
+    text = cli("plan", str(virtual / "config.yaml"), "--from-report", cfg.report_path, "--target-time", "60")
+    assert text.returncode == 0 and "single-threaded workers to finish in 60 s" in text.stdout
+    # Halving the time needs about twice the workers.
+    slow = json.loads(cli("plan", str(virtual / "config.yaml"), "--json", "--from-report", cfg.report_path,
+                          "--target-time", "360").stdout)["sizing"]  # fmt: skip
+    assert slow["workers_needed"] < sizing["workers_needed"]
