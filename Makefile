@@ -29,8 +29,9 @@ browser:  # headless Chromium for the HTML report test (Debian's package; skippe
 demo: $(STAMP)  ## the case study at fixture scale: fixtures, run, breakdown, projection
 	$(BIN)/pipeline demo
 
-bench: $(STAMP) fixtures  ## wall time, MB/s and Mpx/s of the case study with 1 and 2 workers
+bench: $(STAMP) fixtures  ## case study with 1 and 2 workers; plan time/memory at 19,200 and 192,000 tiles
 	$(BIN)/python bench/run_bench.py
+	$(BIN)/python bench/plan_scale.py
 
 fixtures: $(STAMP)  ## write the small and casestudy fixtures under data_fixtures/
 	@[ -d data_fixtures/small/2024-06-11 ] || $(BIN)/pipeline fixtures data_fixtures/small --preset small
