@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test browser demo bench fixtures lint clean
+.PHONY: help install test browser demo bench bench-kernels fixtures lint clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -32,6 +32,9 @@ demo: $(STAMP)  ## the case study at fixture scale: fixtures, run, breakdown, pr
 bench: $(STAMP) fixtures  ## case study with 1 and 2 workers; plan time/memory at 19,200 and 192,000 tiles
 	$(BIN)/python bench/run_bench.py
 	$(BIN)/python bench/plan_scale.py
+
+bench-kernels: $(STAMP)  ## array kernels vs GDAL's warper, Mpx/s per method, one core
+	$(BIN)/python bench/kernels.py
 
 fixtures: $(STAMP)  ## write the small and casestudy fixtures under data_fixtures/
 	@[ -d data_fixtures/small/2024-06-11 ] || $(BIN)/pipeline fixtures data_fixtures/small --preset small

@@ -21,9 +21,11 @@ from typing import Any
 import yaml
 
 from pipeline.errors import ConfigError
+from pipeline.resample.kernels import KERNEL_METHODS
 
 RESAMPLING_METHODS = ("nearest", "bilinear", "cubic", "average", "mode", "min", "max", "median")
 FUSE_METHODS = ("first", "last", "min", "max", "mean")
+ENGINES = ("auto", "kernels", "gdal")
 CODECS = ("zstd", "blosc", "gzip", "none")
 DEVICES = ("auto", "cpu", "gpu")
 ON_ERROR = ("skip", "fail")
@@ -43,6 +45,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "grid": {"crs": None, "resolution": None, "bounds": None},
     "resampling": "average",
+    "resampling_engine": "auto",
     "fuse": "first",
     "output": {
         "path": None,
@@ -120,6 +123,8 @@ class Config:
     execution: ExecutionConfig
     report_path: str
     source: str | None = field(default=None, compare=False)
+    resampling_engine: str = "auto"
+    """auto: array kernels where they are measured faster (same-CRS nearest/average), GDAL elsewhere."""
     """The config file this came from, for messages."""
 
     def output_settings(self) -> dict[str, Any]:
@@ -131,6 +136,7 @@ class Config:
                 if (section, k) not in (("inputs", "index"), ("output", "path")):
                     flat[f"{section}.{k}"] = list(v) if isinstance(v, tuple) else v
         flat["resampling"] = self.resampling
+        flat["resampling_engine"] = self.resampling_engine
         flat["fuse"] = self.fuse
         return json.loads(json.dumps(flat, sort_keys=True, default=str))
 
@@ -320,6 +326,12 @@ def validate(raw: dict[str, Any], source: str | None = None) -> Config:
         bounds = tuple(float(b) for b in bounds)
 
     resampling = _choice(c["resampling"], "resampling", RESAMPLING_METHODS)
+    engine = _choice(c["resampling_engine"], "resampling_engine", ENGINES)
+    if engine == "kernels" and resampling not in KERNEL_METHODS:
+        raise ConfigError(
+            "resampling_engine",
+            f"the array kernels do not implement {resampling!r} yet ({', '.join(KERNEL_METHODS)}); use auto or gdal",
+        )
     fuse = _choice(c["fuse"], "fuse", FUSE_METHODS)
 
     if not isinstance(o["path"], str) or not o["path"]:
@@ -375,4 +387,5 @@ def validate(raw: dict[str, Any], source: str | None = None) -> Config:
         execution=execution,
         report_path=report_path,
         source=source,
+        resampling_engine=engine,
     )

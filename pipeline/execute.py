@@ -219,6 +219,7 @@ def run(
         fuse=plan.fuse,
         on_error=config.execution.on_error,
         device=device,
+        engine=config.resampling_engine,
     )
     max_arg = max((len(pickle.dumps(p)) for p in todo), default=0)
 

@@ -31,6 +31,8 @@ class TaskContext:
     fuse: str
     on_error: str
     device: str
+    engine: str = "auto"
+    """Resampling engine: auto | kernels | gdal (see pipeline.warp)."""
 
 
 def _worker_name() -> str:
@@ -79,7 +81,9 @@ def run_partition(partition: Partition, ctx: TaskContext) -> dict[str, Any]:
                 read_s += time.perf_counter() - t0
                 continue
             t1 = time.perf_counter()
-            warped.append(warp_window(data, src, (h, w), dst_transform, ctx.grid_crs, band.nodata, ctx.resampling))
+            warped.append(
+                warp_window(data, src, (h, w), dst_transform, ctx.grid_crs, band.nodata, ctx.resampling, ctx.engine)
+            )
             t2 = time.perf_counter()
             read_s += t1 - t0
             resample_s += t2 - t1

@@ -181,3 +181,29 @@ def test_other_methods_match_gdal(tmp_path: Path, small_dir: Path, method: str) 
         assert diff.mean() <= 0.001 * value_range, band
         assert np.percentile(diff, 99) <= 0.01 * value_range, band
         assert np.mean((got != 0) != (ref != 0)) <= 0.005, band
+
+
+@pytest.mark.parametrize("method", ["nearest", "bilinear", "average"])
+def test_array_kernel_engine_matches_gdal(tmp_path: Path, small_dir: Path, method: str) -> None:
+    cfg = load_config(
+        write_config(tmp_path, str(small_dir / "**" / "*.tif")),
+        [f"resampling={method}", "resampling_engine=kernels", "execution.workers=1", "execution.partition_mb=256"],
+    )
+    assert run(cfg).exit_code == 0
+    ds = xr.open_zarr(cfg.output.path, mask_and_scale=False)
+    for band in ("B02", "B11"):
+        files = glob.glob(str(small_dir / "2024-06-11" / f"*_{band}.tif"))
+        ref = reference_cube(files, "EPSG:32632", ds.rio.transform(), ds[band].shape[1:], method)
+        got = ds[band].isel(time=1).values
+        both = (got != 0) & (ref != 0)
+        value_range = float(ref[both].max()) - float(ref[both].min())
+        diff = np.abs(got[both].astype("f8") - ref[both])
+        assert diff.mean() <= 0.001 * value_range, band
+        assert np.percentile(diff, 99) <= 0.01 * value_range, band
+        assert np.mean((got != 0) != (ref != 0)) <= 0.005, band
+
+
+def test_kernels_engine_refuses_methods_it_lacks(tmp_path: Path, small_dir: Path) -> None:
+    with pytest.raises(ConfigError, match="resampling_engine"):
+        load_config(write_config(tmp_path, str(small_dir / "**" / "*.tif")),
+                    ["resampling=mode", "resampling_engine=kernels"])  # fmt: skip

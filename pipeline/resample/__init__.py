@@ -5,5 +5,6 @@ xarray. Callers hand in arrays and plain numbers.
 """
 
 from pipeline.resample.fuse import fuse_arrays, valid_mask
+from pipeline.resample.kernels import KERNEL_METHODS, CoordMap, resample
 
-__all__ = ["fuse_arrays", "valid_mask"]
+__all__ = ["KERNEL_METHODS", "CoordMap", "fuse_arrays", "resample", "valid_mask"]

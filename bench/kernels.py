@@ -1,0 +1,75 @@
+"""Array kernels against GDAL's warper on the same arrays: Mpx/s per method, one core.
+
+Per method, output size (1024^2, 4096^2) and case (cross-CRS: 10 m zone 31 onto 20 m zone 32;
+same-CRS: 10 m onto 20 m, half-pixel offset), both engines run interleaved ``REPEATS`` times on
+identical inputs; medians and the kernels/GDAL speed ratio. ``aligned``: same CRS, shared pixel
+edges. Writes ``bench/results/kernels.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from pipeline.grid import transform_points  # noqa: E402
+from pipeline.plan import SourceWindow  # noqa: E402
+from pipeline.warp import warp_window  # noqa: E402
+
+REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
+METHODS = ("nearest", "bilinear", "average")
+
+
+def case(name: str, n_out: int) -> tuple[np.ndarray, SourceWindow, tuple[float, ...]]:
+    n_src = 2 * n_out + 40
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[0:n_src, 0:n_src]
+    src = np.clip(2000 + 800 * np.sin(xx / 37.0) * np.cos(yy / 53.0) + rng.normal(0, 2, (n_src, n_src)), 1, None)
+    src = src.astype("u2")
+    if name == "cross":
+        crs, x0, y0 = "EPSG:32631", 700_000.0, 4_990_000.0
+        tx, ty = transform_points(crs, "EPSG:32632", np.array([x0 + 200.0]), np.array([y0 - 200.0]))
+        dst = (20.0, 0.0, round(tx[0] / 20) * 20, 0.0, -20.0, round(ty[0] / 20) * 20)
+    elif name == "same":
+        crs, x0, y0 = "EPSG:32632", 300_000.0, 4_990_000.0
+        dst = (20.0, 0.0, x0 + 205.0, 0.0, -20.0, y0 - 205.0)
+    else:  # aligned: 10 m onto 20 m with shared pixel edges, the usual case for one sensor's bands
+        crs, x0, y0 = "EPSG:32632", 300_000.0, 4_990_000.0
+        dst = (20.0, 0.0, x0 + 200.0, 0.0, -20.0, y0 - 200.0)
+    return src, SourceWindow("mem", -1, (0, 0, n_src, n_src), (10.0, 0.0, x0, 0.0, -10.0, y0), crs, 0.0), dst
+
+
+def main() -> None:
+    rows = []
+    for n in (1024, 4096):
+        for name in ("cross", "same", "aligned"):
+            src, win, dst = case(name, n)
+            for method in METHODS:
+                times: dict[str, list[float]] = {"kernels": [], "gdal": []}
+                for _ in range(REPEATS):
+                    for engine in ("kernels", "gdal"):
+                        t = time.perf_counter()
+                        warp_window(src, win, (n, n), dst, "EPSG:32632", 0.0, method, engine=engine)
+                        times[engine].append(time.perf_counter() - t)
+                med = {e: statistics.median(v) for e, v in times.items()}
+                mpx = {e: n * n / 1e6 / s for e, s in med.items()}
+                rows.append({"size": n, "case": name, "method": method, "kernels_Mpx_s": mpx["kernels"],
+                             "gdal_Mpx_s": mpx["gdal"], "ratio": mpx["kernels"] / mpx["gdal"]})  # fmt: skip
+                r = rows[-1]
+                print(f"{n:>5} {name:<6}{method:<9} kernels {r['kernels_Mpx_s']:7.1f} Mpx/s  "
+                      f"gdal {r['gdal_Mpx_s']:7.1f} Mpx/s  ratio {r['ratio']:.2f}x", flush=True)  # fmt: skip
+    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
+    with open(os.path.join(ROOT, "bench", "results", "kernels.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
