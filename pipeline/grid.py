@@ -104,10 +104,6 @@ class GridSpec:
         y0, x0 = cy * ch, cx * cw
         return y0, x0, min(ch, self.shape_yx[0] - y0), min(cw, self.shape_yx[1] - x0)
 
-    def window_transform(self, row_off: int, col_off: int) -> tuple[float, float, float, float, float, float]:
-        """Transform of a window whose top-left pixel is (row_off, col_off)."""
-        return offset_transform(self.transform, row_off, col_off)
-
     def chunk_boxes(self) -> np.ndarray:
         """Map bounds of every chunk, shape (ny, nx, 4) as (xmin, ymin, xmax, ymax)."""
         a, _, c, _, e, f = self.transform

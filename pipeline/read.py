@@ -49,14 +49,6 @@ def _open_dataset(path: str, level: int) -> Any:
     return ds
 
 
-def close_datasets() -> None:
-    """Close this thread's cached datasets (tests; end of a worker's life)."""
-    cache = getattr(_local, "datasets", None)
-    while cache:
-        _, ds = cache.popitem()
-        ds.close()
-
-
 def read_window(src: SourceWindow) -> np.ndarray:
     """Read ``src.window`` of band 1 at ``src.overview_level``; raise TileReadError naming file and window."""
     from rasterio.windows import Window

@@ -100,6 +100,30 @@ def _inside(xc: Any, yc: Any, src_shape: tuple[int, int], xp: Any) -> Any:
     return (xc >= 0) & (xc < w) & (yc >= 0) & (yc < h)
 
 
+def _weighted_mean(
+    src: Any, nodata: float, shape: tuple[int, int], y_taps: tuple[list[Any], list[Any]],
+    x_taps: tuple[list[Any], list[Any]], xp: Any,
+) -> Any:  # fmt: skip
+    """Sum of weight x value over every (y tap, x tap) pair, divided by the valid weight.
+
+    Taps outside the source or on nodata weigh nothing: GDAL's renormalisation around nodata.
+    """
+    h_s, w_s = src.shape
+    valid = valid_mask(src, nodata, xp)
+    data = src.astype("f8")
+    acc = xp.zeros(shape, dtype="f8")
+    wsum = xp.zeros(shape, dtype="f8")
+    for iy, wy in zip(*y_taps, strict=True):
+        oky = (iy >= 0) & (iy < h_s)
+        iyc = xp.clip(iy, 0, h_s - 1)
+        for ix, wx in zip(*x_taps, strict=True):
+            ixc = xp.clip(ix, 0, w_s - 1)
+            w = xp.where(oky & (ix >= 0) & (ix < w_s) & valid[iyc, ixc], wy * wx, 0.0)
+            acc += w * data[iyc, ixc]
+            wsum += w
+    return _finish(acc, wsum, nodata, src.dtype, xp)
+
+
 def resample_nearest(src: Any, nodata: float, cmap: CoordMap) -> Any:
     """The source pixel containing each destination centre."""
     xp = get_xp(src)
@@ -142,21 +166,7 @@ def resample_bilinear(src: Any, nodata: float, cmap: CoordMap) -> Any:
     sx, sy = cmap.scale()
     xi, xw = _taps(xc, w_s, sx, xp)
     yi, yw = _taps(yc, h_s, sy, xp)
-    valid = valid_mask(src, nodata, xp)
-    data = src.astype("f8")
-    shape = cmap.shape_yx
-    acc = xp.zeros(shape, dtype="f8")
-    wsum = xp.zeros(shape, dtype="f8")
-    for iy, wy in zip(yi, yw, strict=True):
-        oky = (iy >= 0) & (iy < h_s)
-        iyc = xp.clip(iy, 0, h_s - 1)
-        for ix, wx in zip(xi, xw, strict=True):
-            ok = oky & (ix >= 0) & (ix < w_s)
-            ixc = xp.clip(ix, 0, w_s - 1)
-            w = xp.where(ok & valid[iyc, ixc], wy * wx, 0.0)
-            acc += w * data[iyc, ixc]
-            wsum += w
-    out = _finish(acc, wsum, nodata, src.dtype, xp)
+    out = _weighted_mean(src, nodata, cmap.shape_yx, (yi, yw), (xi, xw), xp)
     inside = _inside(xc, yc, src.shape, xp)
     fill = xp.asarray(0 if math.isnan(nodata) and src.dtype.kind != "f" else nodata).astype(src.dtype)
     return xp.where(inside, out, fill)
@@ -193,19 +203,7 @@ def resample_average(src: Any, nodata: float, cmap: CoordMap) -> Any:
         ylo, yhi = cmap.Y[:-1, :-1], cmap.Y[1:, 1:]
     xi, xw = _footprint_taps(xlo, xhi, w_s, xp)
     yi, yw = _footprint_taps(ylo, yhi, h_s, xp)
-    valid = valid_mask(src, nodata, xp)
-    data = src.astype("f8")
-    shape = cmap.shape_yx
-    acc = xp.zeros(shape, dtype="f8")
-    wsum = xp.zeros(shape, dtype="f8")
-    for iy, wy in zip(yi, yw, strict=True):
-        iyc = xp.clip(iy, 0, h_s - 1)
-        for ix, wx in zip(xi, xw, strict=True):
-            ixc = xp.clip(ix, 0, w_s - 1)
-            w = xp.where(valid[iyc, ixc], wy * wx, 0.0)
-            acc += w * data[iyc, ixc]
-            wsum += w
-    return _finish(acc, wsum, nodata, src.dtype, xp)
+    return _weighted_mean(src, nodata, cmap.shape_yx, (yi, yw), (xi, xw), xp)
 
 
 def block_factor(cmap: CoordMap, src_shape: tuple[int, int]) -> tuple[int, int, int] | None:
