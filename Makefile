@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test browser demo bench bench-kernels fixtures lint clean
+.PHONY: help install test browser demo bench bench-kernels gpu-check fixtures lint clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -35,6 +35,9 @@ bench: $(STAMP) fixtures  ## case study with 1 and 2 workers; plan time/memory a
 
 bench-kernels: $(STAMP)  ## array kernels vs GDAL's warper, Mpx/s per method, one core
 	$(BIN)/python bench/kernels.py
+
+gpu-check:  ## on a GPU machine: kernel parity CPU vs GPU and timings (needs only numpy + cupy)
+	$(PY) bench/gpu_check.py
 
 fixtures: $(STAMP)  ## write the small and casestudy fixtures under data_fixtures/
 	@[ -d data_fixtures/small/2024-06-11 ] || $(BIN)/pipeline fixtures data_fixtures/small --preset small

@@ -60,6 +60,7 @@ DEFAULTS: dict[str, Any] = {
         "partition_mb": 64,
         "retries": 2,
         "on_error": "skip",
+        "gpu_profile": None,
     },
     "report": {"path": None},
 }
@@ -111,6 +112,8 @@ class ExecutionConfig:
     partition_mb: float
     retries: int
     on_error: str
+    gpu_profile: dict[str, Any] | None = None
+    """Override of the measured GPU profile: {h2d_gb_s, d2h_gb_s, gpu_mpx_s: {method: Mpx/s}}."""
 
 
 @dataclass(frozen=True)
@@ -220,7 +223,7 @@ def _merge_defaults(raw: dict[str, Any]) -> dict[str, Any]:
             if k not in defaults:
                 known = ", ".join(sorted(defaults))
                 raise ConfigError(dotted, f"unknown key (known here: {known})")
-            if isinstance(defaults[k], dict) and k not in ("chunks",):
+            if isinstance(defaults[k], dict) and k not in ("chunks", "gpu_profile"):
                 if v is None:
                     continue
                 if not isinstance(v, dict):
@@ -263,6 +266,27 @@ def validate_crs(value: Any, key: str) -> str:
     except CRSError as e:
         raise ConfigError(key, f"{value!r} is not a CRS pyproj/GDAL knows (try 'EPSG:32632'): {e}") from e
     return str(value)
+
+
+def _gpu_profile(value: Any) -> dict[str, Any] | None:
+    key = "execution.gpu_profile"
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not {"h2d_gb_s", "d2h_gb_s", "gpu_mpx_s"} <= set(value):
+        raise ConfigError(key, "must be null or a mapping with h2d_gb_s, d2h_gb_s and gpu_mpx_s: {method: Mpx/s}")
+    unknown = set(value) - {"h2d_gb_s", "d2h_gb_s", "gpu_mpx_s", "cpu_mpx_s", "launch_s"}
+    if unknown:
+        raise ConfigError(f"{key}.{sorted(unknown)[0]}", "unknown key")
+    for k in ("h2d_gb_s", "d2h_gb_s"):
+        _pos_number(value[k], f"{key}.{k}")
+    for part in ("gpu_mpx_s", "cpu_mpx_s"):
+        rates = value.get(part, {})
+        if not isinstance(rates, dict):
+            raise ConfigError(f"{key}.{part}", "must map a method to Mpx/s")
+        for method, rate in rates.items():
+            _choice(method, f"{key}.{part}", RESAMPLING_METHODS)
+            _pos_number(rate, f"{key}.{part}.{method}")
+    return dict(value)
 
 
 def validate(raw: dict[str, Any], source: str | None = None) -> Config:
@@ -361,6 +385,7 @@ def validate(raw: dict[str, Any], source: str | None = None) -> Config:
         partition_mb=_pos_number(x["partition_mb"], "execution.partition_mb"),
         retries=_pos_int(x["retries"], "execution.retries", minimum=0),
         on_error=_choice(x["on_error"], "execution.on_error", ON_ERROR),
+        gpu_profile=_gpu_profile(x["gpu_profile"]),
     )
 
     report_path = c["report"]["path"]

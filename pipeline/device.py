@@ -1,16 +1,35 @@
-"""Which device runs the resample step, and why.
+"""Which device resamples each task, and why: detection, a cost model, calibration.
 
-GPU detection lives here, once, cached per process. The GPU kernels are not
-wired in yet, so every task runs on the CPU; the decision and its reason are
-still recorded so the report says what happened and why.
+* Detection (cached per process): CuPy importable and a CUDA device present.
+* Cost model, per task: CPU time (resample pixels at the CPU's rate for the method) against GPU
+  time (host->device bytes / bandwidth + pixels at the GPU's rate + device->host bytes / bandwidth
+  + a fixed launch cost). Decoding and encoding stay on the CPU either way; when they dominate the
+  task, the reason says so, since no device choice can speed them up.
+* Calibration: the first time a worker uses its GPU it measures transfer bandwidth and kernel
+  rates (a fraction of a second) and caches them on disk; ``execution.gpu_profile`` overrides.
+* Only methods with an array kernel can run on the GPU; the others stay on the CPU, with that reason.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from pipeline.errors import DeviceError
+from pipeline.resample.kernels import KERNEL_METHODS
+
+# CPU resample rates (Mpx/s of output per core) used when nothing better is known: GDAL's warper,
+# cross-CRS, from bench/kernels.py on this project's machine.
+CPU_MPX_S = {"nearest": 33.0, "bilinear": 7.0, "cubic": 4.0, "average": 12.9,
+             "mode": 5.0, "min": 8.0, "max": 8.0, "median": 5.0}  # fmt: skip
+# Decode and encode rates on one CPU core (MB/s), for the part of a task no device choice changes.
+CPU_DECODE_MB_S = 110.0
+CPU_ENCODE_MB_S = 40.0
+CACHE = os.path.join(os.path.expanduser("~"), ".cache", "pipeline", "gpu_profile.json")
 
 
 @dataclass(frozen=True)
@@ -22,6 +41,20 @@ class GpuInfo:
     memory_bytes: int | None = None
     cupy_version: str | None = None
     cuda_version: str | None = None
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """What one GPU (and its link) can do; measured by :func:`calibrate_gpu` or given in the config."""
+
+    h2d_gb_s: float
+    d2h_gb_s: float
+    gpu_mpx_s: dict[str, float]
+    """Kernel rate per method, Mpx/s of output."""
+    launch_s: float = 0.002
+    """Fixed cost per task on the GPU (allocation, launches, synchronisation)."""
+    cpu_mpx_s: dict[str, float] = field(default_factory=lambda: dict(CPU_MPX_S))
+    source: str = "default"
 
 
 @functools.lru_cache(maxsize=1)
@@ -49,17 +82,148 @@ def detect_gpu() -> GpuInfo:
         return GpuInfo(False, f"CUDA is not usable: {e}")
 
 
-def choose_device(requested: str) -> tuple[str, str]:
-    """Decide the run's device: (device, reason). ``gpu`` without one is refused."""
-    gpu = detect_gpu()
+def probe_worker() -> dict[str, Any]:
+    """Run on each worker: its GPU, as a plain dict."""
+    return asdict(detect_gpu())
+
+
+@dataclass(frozen=True)
+class TaskWork:
+    """What one task moves and computes, from its partition (no pixels needed)."""
+
+    method: str
+    src_bytes: int
+    """Decoded bytes of every source window: host->device."""
+    dst_pixels: int
+    dst_bytes: int
+    """Warped windows coming back: device->host."""
+    io_s_estimate: float = 0.0
+    """Decode + encode seconds on the CPU (the same on either device)."""
+
+
+def task_work(partition: Any, method: str, itemsize: dict[str, int]) -> TaskWork:
+    """What a partition moves and computes (every source window is warped onto its chunk)."""
+    src_bytes = dst_pixels = dst_bytes = out_bytes = 0
+    for job in partition.jobs:
+        size = itemsize[job.band]
+        chunk_px = job.window[2] * job.window[3]
+        for s in job.sources:
+            src_bytes += s.window[2] * s.window[3] * size
+            dst_pixels += chunk_px
+            dst_bytes += chunk_px * size
+        out_bytes += chunk_px * size
+    io_s = src_bytes / (CPU_DECODE_MB_S * 1e6) + out_bytes / (CPU_ENCODE_MB_S * 1e6)
+    return TaskWork(method=method, src_bytes=src_bytes, dst_pixels=dst_pixels, dst_bytes=dst_bytes, io_s_estimate=io_s)
+
+
+def estimate_seconds(work: TaskWork, profile: DeviceProfile) -> tuple[float, float]:
+    """(cpu_s, gpu_s) for the resample step of one task."""
+    mpx = work.dst_pixels / 1e6
+    cpu_s = mpx / profile.cpu_mpx_s.get(work.method, 5.0)
+    if work.method not in profile.gpu_mpx_s:
+        return cpu_s, float("inf")
+    gpu_s = (
+        work.src_bytes / (profile.h2d_gb_s * 1e9)
+        + mpx / profile.gpu_mpx_s[work.method]
+        + work.dst_bytes / (profile.d2h_gb_s * 1e9)
+        + profile.launch_s
+    )
+    return cpu_s, gpu_s
+
+
+def decide(requested: str, gpu_available: bool, gpu_reason: str, work: TaskWork,
+           profile: DeviceProfile | None) -> tuple[str, str]:  # fmt: skip
+    """Device for one task and the reason, in words a user can check against the report."""
     if requested == "cpu":
         return "cpu", "device: cpu requested"
+    if not gpu_available:
+        return "cpu", f"no GPU: {gpu_reason}"
+    if work.method not in KERNEL_METHODS:
+        return "cpu", f"no GPU kernel for {work.method!r} yet ({', '.join(KERNEL_METHODS)} have one)"
+    if profile is None:
+        return "cpu", "GPU not calibrated"
+    cpu_s, gpu_s = estimate_seconds(work, profile)
+    io_note = ""
+    if work.io_s_estimate > max(cpu_s, gpu_s):
+        io_note = f"; decode+encode (~{work.io_s_estimate:.3f} s) dominate and stay on the CPU either way"
     if requested == "gpu":
-        if not gpu.available:
-            raise DeviceError(f"--device gpu was requested but there is no usable GPU: {gpu.reason}")
-        raise DeviceError(
-            "--device gpu: the GPU resample kernels are not available in this version; use --device auto or cpu"
-        )
-    if not gpu.available:
-        return "cpu", f"no GPU: {gpu.reason}"
-    return "cpu", "GPU present but GPU kernels are not available in this version"
+        return "gpu", f"device: gpu requested (estimate cpu {cpu_s:.4f} s, gpu {gpu_s:.4f} s incl. transfers){io_note}"
+    if gpu_s < cpu_s:
+        return "gpu", f"GPU faster: {gpu_s:.4f} s incl. transfers vs CPU {cpu_s:.4f} s{io_note}"
+    return "cpu", f"CPU faster: {cpu_s:.4f} s vs GPU {gpu_s:.4f} s incl. transfers (too small to ship){io_note}"
+
+
+def submit_options(device: str, cluster_has_gpu_resources: bool) -> dict[str, Any]:
+    """Dask ``submit`` options: GPU tasks ask for a GPU where workers advertise one; CPU tasks never do."""
+    if device == "gpu" and cluster_has_gpu_resources:
+        return {"resources": {"GPU": 1}}
+    return {}
+
+
+def load_profile(override: dict[str, Any] | None) -> DeviceProfile | None:
+    """The config's ``execution.gpu_profile``, else this machine's cached calibration, else None."""
+    data = override
+    source = "config"
+    if data is None:
+        try:
+            with open(CACHE) as f:
+                cached = json.load(f)
+            data, source = cached, f"calibrated ({CACHE})"
+        except (OSError, ValueError):
+            return None
+    return DeviceProfile(
+        h2d_gb_s=float(data["h2d_gb_s"]),
+        d2h_gb_s=float(data["d2h_gb_s"]),
+        gpu_mpx_s={k: float(v) for k, v in data["gpu_mpx_s"].items()},
+        launch_s=float(data.get("launch_s", 0.002)),
+        cpu_mpx_s={**CPU_MPX_S, **{k: float(v) for k, v in data.get("cpu_mpx_s", {}).items()}},
+        source=data.get("source", source),
+    )
+
+
+def calibrate_gpu(size: int = 2048) -> dict[str, Any]:
+    """Measure this worker's GPU once (bandwidth, kernel rates) and cache it; returns the profile dict."""
+    cached = load_profile(None)
+    if cached is not None:
+        return asdict(cached)
+    import cupy
+    import numpy as np
+
+    from pipeline.resample.kernels import CoordMap, resample
+
+    host = cupy.cuda.alloc_pinned_memory(size * size * 2)
+    a = np.frombuffer(host, dtype="u2", count=size * size).reshape(size, size)
+    a[:] = 1000
+    dev = cupy.asarray(a)
+    cupy.cuda.Device().synchronize()
+    t = time.perf_counter()
+    for _ in range(5):
+        dev.set(a)
+    cupy.cuda.Device().synchronize()
+    h2d = 5 * a.nbytes / (time.perf_counter() - t) / 1e9
+    t = time.perf_counter()
+    for _ in range(5):
+        dev.get(out=a)
+    d2h = 5 * a.nbytes / (time.perf_counter() - t) / 1e9
+    rates = {}
+    half = size // 2
+    cmap = CoordMap((half, half), xe=cupy.arange(half + 1) * 2.0 + 0.25, ye=cupy.arange(half + 1) * 2.0 + 0.25)
+    for method in KERNEL_METHODS:
+        resample(dev, 0.0, cmap, method)
+        cupy.cuda.Device().synchronize()
+        t = time.perf_counter()
+        resample(dev, 0.0, cmap, method)
+        cupy.cuda.Device().synchronize()
+        rates[method] = half * half / 1e6 / (time.perf_counter() - t)
+    profile = {"h2d_gb_s": h2d, "d2h_gb_s": d2h, "gpu_mpx_s": rates, "source": f"calibrated on {detect_gpu().name}"}
+    os.makedirs(os.path.dirname(CACHE), exist_ok=True)
+    with open(CACHE, "w") as f:
+        json.dump(profile, f)
+    return profile
+
+
+def check_request(requested: str, gpus: dict[str, dict[str, Any]]) -> None:
+    """``--device gpu`` where no worker has a usable GPU is refused (never a silent CPU run)."""
+    if requested == "gpu" and not any(g["available"] for g in gpus.values()):
+        reasons = sorted({g["reason"] for g in gpus.values()}) or ["no workers"]
+        raise DeviceError(f"--device gpu was requested but no worker has a usable GPU: {'; '.join(reasons)}")

@@ -10,13 +10,15 @@ import logging
 import os
 import pickle
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
+
+import numpy as np
 
 from pipeline import __version__
 from pipeline.catalog import build_catalog
 from pipeline.config import Config
-from pipeline.device import choose_device
+from pipeline.device import check_request, decide, detect_gpu, load_profile, probe_worker, submit_options, task_work
 from pipeline.errors import ConfigError
 from pipeline.plan import Plan, compute_plan
 from pipeline.report import (
@@ -153,6 +155,27 @@ def _prepare_store(config: Config, plan: Plan, *, overwrite: bool, resume: bool)
     return set()
 
 
+def _decide_devices(client: Any, config: Config, todo: list[Any], ctx: TaskContext) -> list[tuple[str, str]]:
+    """Probe the workers' GPUs, calibrate one if needed, and decide each task's device with its reason."""
+    gpus = client.run(probe_worker)
+    requested = config.execution.device
+    check_request(requested, gpus)
+    with_gpu = [addr for addr, g in gpus.items() if g["available"]]
+    profile = None
+    if with_gpu and requested != "cpu":
+        from pipeline.device import DeviceProfile, calibrate_gpu
+
+        profile = load_profile(config.execution.gpu_profile)
+        if profile is None:
+            measured = client.run(calibrate_gpu, workers=[with_gpu[0]])[with_gpu[0]]
+            profile = DeviceProfile(**{k: v for k, v in measured.items() if k in DeviceProfile.__dataclass_fields__})
+    reason_none = next(iter({g["reason"] for g in gpus.values()}), "no workers")
+    itemsize = {b.name: np.dtype(b.dtype).itemsize for b in ctx.bands}
+    return [
+        decide(requested, bool(with_gpu), reason_none, task_work(p, ctx.resampling, itemsize), profile) for p in todo
+    ]
+
+
 def _execute(
     config: Config, todo: list[Any], ctx: TaskContext, progress: bool
 ) -> tuple[list[dict[str, Any]], float, int, list[str]]:
@@ -167,9 +190,22 @@ def _execute(
         worker_names = [str(w.get("name", a)) for a, w in info.items()]
         threads = sum(int(w.get("nthreads", 1)) for w in info.values()) or 1
         client.run(warm_up)
+        decisions = _decide_devices(client, config, todo, ctx)
+        gpu_resources = any("GPU" in (w.get("resources") or {}) for w in info.values())
         t_exec = time.perf_counter()
         futures = [
-            client.submit(run_partition, p, ctx, key=p.key, retries=config.execution.retries, pure=False) for p in todo
+            client.submit(
+                run_partition,
+                p,
+                ctx,
+                device,
+                reason,
+                key=p.key,
+                retries=config.execution.retries,
+                pure=False,
+                **submit_options(device, gpu_resources),
+            )  # fmt: skip
+            for p, (device, reason) in zip(todo, decisions, strict=True)
         ]
         with tqdm(total=len(futures), unit="task", disable=not progress, leave=False) as bar:
             try:
@@ -201,7 +237,8 @@ def run(
     """
     clock = StageClock()
     catalog, plan = plan_run(config, clock)
-    device, reason = choose_device(config.execution.device)
+    if config.execution.device == "gpu" and not config.execution.scheduler:
+        check_request("gpu", {"local": asdict(detect_gpu())})  # refuse before anything is written
     config_hash = config.output_hash()
     with clock.stage("write"):
         done = _prepare_store(config, plan, overwrite=overwrite, resume=resume)
@@ -218,7 +255,6 @@ def run(
         resampling=plan.resampling,
         fuse=plan.fuse,
         on_error=config.execution.on_error,
-        device=device,
         engine=config.resampling_engine,
     )
     max_arg = max((len(pickle.dumps(p)) for p in todo), default=0)
@@ -289,7 +325,7 @@ def run(
         "devices": {
             "cpu": sum(r["device"] == "cpu" for r in records),
             "gpu": sum(r["device"] == "gpu" for r in records),
-            "decisions": [{"task": r["id"], "device": r["device"], "reason": reason} for r in records],
+            "decisions": [{"task": r["id"], "device": r["device"], "reason": r["device_reason"]} for r in records],
         },
     }
     report["stragglers"] = compute_stragglers(records)

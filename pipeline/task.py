@@ -30,7 +30,6 @@ class TaskContext:
     resampling: str
     fuse: str
     on_error: str
-    device: str
     engine: str = "auto"
     """Resampling engine: auto | kernels | gdal (see pipeline.warp)."""
 
@@ -54,8 +53,18 @@ def warm_up() -> int:
     return os.getpid()
 
 
-def run_partition(partition: Partition, ctx: TaskContext) -> dict[str, Any]:
-    """Compute and write every chunk of ``partition``; return its timing record."""
+def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", reason: str = "") -> dict[str, Any]:
+    """Compute and write every chunk of ``partition``; return its timing record.
+
+    ``device``/``reason``: the driver's decision for this task. A GPU task on a worker without a
+    usable GPU runs on the CPU and says so.
+    """
+    if device == "gpu":
+        from pipeline.device import detect_gpu
+
+        gpu = detect_gpu()
+        if not gpu.available:
+            device, reason = "cpu", f"assigned to the GPU but this worker has none ({gpu.reason})"
     start = time.time()
     opened_before = open_count()
     read_s = resample_s = write_s = 0.0
@@ -82,7 +91,9 @@ def run_partition(partition: Partition, ctx: TaskContext) -> dict[str, Any]:
                 continue
             t1 = time.perf_counter()
             warped.append(
-                warp_window(data, src, (h, w), dst_transform, ctx.grid_crs, band.nodata, ctx.resampling, ctx.engine)
+                warp_window(
+                    data, src, (h, w), dst_transform, ctx.grid_crs, band.nodata, ctx.resampling, ctx.engine, device
+                )
             )
             t2 = time.perf_counter()
             read_s += t1 - t0
@@ -103,7 +114,8 @@ def run_partition(partition: Partition, ctx: TaskContext) -> dict[str, Any]:
         "index": partition.index,
         "worker": _worker_name(),
         "pid": os.getpid(),
-        "device": ctx.device,
+        "device": device,
+        "device_reason": reason,
         "start": start,
         "end": time.time(),
         "tiles": len(tiles),

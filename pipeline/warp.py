@@ -99,8 +99,14 @@ def warp_window(
     dst_nodata: float,
     method: str,
     engine: str = "gdal",
+    device: str = "cpu",
 ) -> np.ndarray:
-    """Resample ``src_array`` (the pixels of ``src.window``) onto a destination chunk."""
+    """Resample ``src_array`` (the pixels of ``src.window``) onto a destination chunk.
+
+    ``device="gpu"``: the array kernels on CuPy (decoded pixels in, warped pixels back).
+    """
+    if device == "gpu":
+        return _warp_on_gpu(src_array, src, dst_shape_yx, dst_transform, dst_crs, dst_nodata, method)
     cmap = None
     if engine == "auto" and method in ("nearest", "average") and _separable(src, dst_transform, dst_crs):
         # The measured CPU wins (bench/kernels.py): same-CRS nearest (outer indexing) and aligned
@@ -117,6 +123,34 @@ def warp_window(
             out = np.where(valid_mask(out, nodata), out, np.asarray(dst_nodata).astype(out.dtype))
         return out
     return _warp_gdal(src_array, src, dst_shape_yx, dst_transform, dst_crs, dst_nodata, method)
+
+
+def _warp_on_gpu(
+    src_array: np.ndarray,
+    src: SourceWindow,
+    dst_shape_yx: tuple[int, int],
+    dst_transform: tuple[float, ...],
+    dst_crs: str,
+    dst_nodata: float,
+    method: str,
+) -> np.ndarray:
+    """The same kernels with CuPy as ``xp``: the map is built on the host, then moved with the pixels."""
+    import cupy
+
+    host = compute_coord_map(src, dst_shape_yx, dst_transform, dst_crs)
+    cmap = CoordMap(
+        shape_yx=host.shape_yx,
+        xe=None if host.xe is None else cupy.asarray(host.xe),
+        ye=None if host.ye is None else cupy.asarray(host.ye),
+        X=None if host.X is None else cupy.asarray(host.X),
+        Y=None if host.Y is None else cupy.asarray(host.Y),
+        scale_xy=host.scale_xy,
+    )
+    nodata = dst_nodata if np.isnan(src.nodata) else src.nodata
+    out = resample(cupy.asarray(src_array), nodata, cmap, method).get()
+    if nodata != dst_nodata and not (np.isnan(nodata) and np.isnan(dst_nodata)):
+        out = np.where(valid_mask(out, nodata), out, np.asarray(dst_nodata).astype(out.dtype))
+    return out
 
 
 def _warp_gdal(

@@ -84,3 +84,10 @@ def test_run_on_a_real_cluster_matches_local(tmp_path: Path, small_dir: Path, cl
     report = json.loads((tmp_path / "out.report.json").read_text())
     assert report["execution"]["scheduler"] == cluster
     assert {name for name, w in report["workers"].items() if w["tasks"] > 0} == {"w0", "w1"}
+    # The workers have no GPU: --device gpu is refused, never silently run on the CPU.
+    gpu = subprocess.run(
+        [sys.executable, "-m", "pipeline", "run", str(remote), "-q", "--scheduler", cluster, "--overwrite",
+         "--device", "gpu"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert gpu.returncode == 2 and "no worker has a usable GPU" in gpu.stderr

@@ -1,0 +1,114 @@
+"""The device decision: cost model with injected profiles, refusals, scheduling options."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.config import load_config
+from pipeline.device import DeviceProfile, TaskWork, decide, detect_gpu, estimate_seconds, submit_options
+from pipeline.errors import ConfigError
+from tests.conftest import write_config
+
+H200 = DeviceProfile(h2d_gb_s=50.0, d2h_gb_s=50.0, gpu_mpx_s={"nearest": 20000.0, "bilinear": 8000.0,
+                                                              "average": 6000.0}, launch_s=0.002)  # fmt: skip
+
+
+def work(side: int, method: str = "bilinear") -> TaskWork:
+    """A task resampling a side x side chunk from a 2x larger window of uint16."""
+    return TaskWork(method=method, src_bytes=(2 * side) ** 2 * 2, dst_pixels=side * side, dst_bytes=side * side * 2)
+
+
+def crossover(profile: DeviceProfile, method: str = "bilinear") -> int:
+    """Smallest chunk side at which the model sends the task to the GPU."""
+    for side in range(8, 20000, 8):
+        if decide("auto", True, "", work(side, method), profile)[0] == "gpu":
+            return side
+    return -1
+
+
+def test_small_work_stays_on_the_cpu_large_goes_to_the_gpu() -> None:
+    small, large = decide("auto", True, "", work(32), H200), decide("auto", True, "", work(4096), H200)
+    assert small[0] == "cpu" and "too small" in small[1]
+    assert large[0] == "gpu" and "incl. transfers" in large[1]
+
+
+def test_crossover_moves_with_bandwidth() -> None:
+    fast = crossover(H200)
+    slow_link = crossover(DeviceProfile(h2d_gb_s=0.5, d2h_gb_s=0.5, gpu_mpx_s=H200.gpu_mpx_s, launch_s=0.002))
+    assert 0 < fast < slow_link  # a slower link needs bigger work before shipping it pays
+    never = DeviceProfile(h2d_gb_s=0.01, d2h_gb_s=0.01, gpu_mpx_s=H200.gpu_mpx_s)
+    assert crossover(never) == -1 or crossover(never) > slow_link
+
+
+def test_transfers_are_part_of_the_gpu_estimate() -> None:
+    cpu_s, gpu_s = estimate_seconds(work(1024), H200)
+    kernel_only = 1024 * 1024 / 1e6 / H200.gpu_mpx_s["bilinear"]
+    assert gpu_s > kernel_only + (2048**2 * 2) / 50e9 and cpu_s > 0
+
+
+@pytest.mark.parametrize(
+    ("requested", "available", "method", "device", "says"),
+    [
+        ("cpu", True, "bilinear", "cpu", "cpu requested"),
+        ("auto", False, "bilinear", "cpu", "no GPU: none here"),
+        ("auto", True, "mode", "cpu", "no GPU kernel for 'mode'"),
+        ("gpu", True, "average", "gpu", "gpu requested"),
+    ],
+)
+def test_decisions_and_their_reasons(requested: str, available: bool, method: str, device: str, says: str) -> None:
+    d, reason = decide(requested, available, "none here", work(2048, method), H200)
+    assert d == device and says in reason
+
+
+def test_io_dominated_work_says_so() -> None:
+    w = TaskWork("nearest", src_bytes=10**8, dst_pixels=10**6, dst_bytes=2 * 10**6, io_s_estimate=5.0)
+    assert "stay on the CPU either way" in decide("auto", True, "", w, H200)[1]
+
+
+def test_only_gpu_tasks_request_a_gpu() -> None:
+    assert submit_options("gpu", True) == {"resources": {"GPU": 1}}
+    assert submit_options("gpu", False) == {}
+    assert submit_options("cpu", True) == {} and submit_options("cpu", False) == {}
+
+
+def test_gpu_profile_override_is_validated(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, "x/*.tif")
+    ok = load_config(cfg, ["execution.gpu_profile={h2d_gb_s: 20, d2h_gb_s: 20, gpu_mpx_s: {nearest: 9000}}"])
+    assert ok.execution.gpu_profile == {"h2d_gb_s": 20, "d2h_gb_s": 20, "gpu_mpx_s": {"nearest": 9000}}
+    with pytest.raises(ConfigError, match="execution.gpu_profile"):
+        load_config(cfg, ["execution.gpu_profile={h2d_gb_s: 20}"])
+    with pytest.raises(ConfigError, match="execution.gpu_profile.gpu_mpx_s"):
+        load_config(cfg, ["execution.gpu_profile={h2d_gb_s: 1, d2h_gb_s: 1, gpu_mpx_s: {lanczos: 1}}"])
+
+
+@pytest.mark.skipif(detect_gpu().available, reason="this machine has a GPU")
+def test_device_gpu_without_one_exits_2_and_writes_nothing(tmp_path: Path, small_dir: Path) -> None:
+    cfg = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
+    r = subprocess.run([sys.executable, "-m", "pipeline", "run", str(cfg), "--device", "gpu"], capture_output=True,
+                       text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 2 and "no worker has a usable GPU" in r.stderr
+    assert not (tmp_path / "out.zarr").exists()
+
+
+@pytest.mark.gpu
+def test_gpu_warp_equals_cpu_kernels(small_dir: Path) -> None:
+    if not detect_gpu().available:
+        pytest.skip("no CUDA device / CuPy")
+    from pipeline.plan import SourceWindow
+    from pipeline.warp import warp_window
+
+    rng = np.random.default_rng(0)
+    src = rng.integers(1, 4000, (600, 600)).astype("u2")
+    win = SourceWindow("mem", -1, (0, 0, 600, 600), (10.0, 0.0, 730000.0, 0.0, -10.0, 4990000.0), "EPSG:32631", 0.0)
+    dst = (20.0, 0.0, 265000.0, 0.0, -20.0, 4985000.0)
+    for method in ("nearest", "bilinear", "average"):
+        cpu = warp_window(src, win, (256, 256), dst, "EPSG:32632", 0.0, method, engine="kernels")
+        gpu = warp_window(src, win, (256, 256), dst, "EPSG:32632", 0.0, method, device="gpu")
+        np.testing.assert_array_equal(cpu, gpu) if method == "nearest" else np.testing.assert_allclose(
+            cpu, gpu, rtol=1e-3, atol=1
+        )
