@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+import pickle
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, overload
@@ -45,6 +48,9 @@ class SourceWindow:
     """The file's CRS."""
     nodata: float
     """The file's nodata (NaN when it has none)."""
+    dst_window: tuple[int, int, int, int] | None = None
+    """(row_off, col_off, height, width) of the chunk that the tile's footprint covers (plus a pixel);
+    only this part is resampled. None: the whole chunk."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +87,7 @@ class Partition:
         files: dict[tuple[str, int], int] = {}
         file_rows: list[tuple[str, int, str, float, float, float, float, float]] = []
         bands: dict[str, int] = {}
-        src_file, src_win, src_cf, job_rows, job_cost = [], [], [], [], []
+        src_file, src_win, src_cf, src_dst, job_rows, job_cost = [], [], [], [], [], []
         for j in self.jobs:
             for w in j.sources:
                 k = files.setdefault((w.path, w.overview_level), len(files))
@@ -91,21 +97,28 @@ class Partition:
                 src_file.append(k)
                 src_win.append(w.window)
                 src_cf.append((w.transform[2], w.transform[5]))
+                src_dst.append(w.dst_window if w.dst_window is not None else (-1, -1, -1, -1))
             job_rows.append((bands.setdefault(j.band, len(bands)), j.t, j.cy, j.cx, *j.window, len(j.sources)))
             job_cost.append(j.cost_bytes)
         arrays = (
             np.asarray(src_file, dtype=np.int32),
             np.asarray(src_win, dtype=np.int32).reshape(-1, 4),
             np.asarray(src_cf, dtype="f8").reshape(-1, 2),
+            np.asarray(src_dst, dtype=np.int32).reshape(-1, 4),
             np.asarray(job_rows, dtype=np.int32).reshape(-1, 9),
             np.asarray(job_cost, dtype=np.int64),
         )
-        return _unpack_partition, (self.index, self.key, self.cost_bytes, tuple(bands), tuple(file_rows), arrays)
+        # Paths share their folders, and the integer columns are regular: both shrink well.
+        prefix = os.path.commonprefix([r[0] for r in file_rows])
+        rows = tuple((r[0][len(prefix) :], *r[1:]) for r in file_rows)
+        blob = zlib.compress(pickle.dumps(arrays, protocol=5), 1)
+        return _unpack_partition, (self.index, self.key, self.cost_bytes, tuple(bands), prefix, rows, blob)
 
 
-def _unpack_partition(index: int, key: str, cost: int, bands: tuple[str, ...],
-                      file_rows: tuple[tuple[Any, ...], ...], arrays: tuple[np.ndarray, ...]) -> Partition:  # fmt: skip
-    src_file, src_win, src_cf, job_rows, job_cost = arrays
+def _unpack_partition(index: int, key: str, cost: int, bands: tuple[str, ...], prefix: str,
+                      rows: tuple[tuple[Any, ...], ...], blob: bytes) -> Partition:  # fmt: skip
+    src_file, src_win, src_cf, src_dst, job_rows, job_cost = pickle.loads(zlib.decompress(blob))
+    file_rows = tuple((prefix + r[0], *r[1:]) for r in rows)
     jobs, s = [], 0
     for row, cost_bytes in zip(job_rows.tolist(), job_cost.tolist(), strict=True):
         b, t, cy, cx, r0, c0, h, w, n = row
@@ -114,8 +127,10 @@ def _unpack_partition(index: int, key: str, cost: int, bands: tuple[str, ...],
             path, level, crs, nodata, a, bb, d, e = file_rows[int(src_file[k])]
             c, f = (float(v) for v in src_cf[k])
             wr, wc, wh, ww = (int(v) for v in src_win[k])
+            dr, dc, dh, dw = (int(v) for v in src_dst[k])
             sources.append(SourceWindow(path=path, overview_level=level, window=(wr, wc, wh, ww),
-                                        transform=(a, bb, c, d, e, f), crs=crs, nodata=nodata))  # fmt: skip
+                                        transform=(a, bb, c, d, e, f), crs=crs, nodata=nodata,
+                                        dst_window=None if dh < 0 else (dr, dc, dh, dw)))  # fmt: skip
         s += n
         jobs.append(ChunkJob(band=bands[b], t=t, cy=cy, cx=cx, window=(r0, c0, h, w), sources=tuple(sources),
                              cost_bytes=cost_bytes))  # fmt: skip
@@ -141,6 +156,8 @@ class PlanTables:
     """Overview level per tile (-1: full resolution)."""
     aff: np.ndarray
     """(tiles, 6) affine per tile at its level."""
+    footprints: np.ndarray
+    """(tiles, 4) bounding box of each tile in the grid CRS."""
     pair_tile: np.ndarray
     pair_win: np.ndarray
     """(pairs, 4): row0, col0, row1, col1 at the tile's level."""
@@ -181,6 +198,19 @@ class Partitions(Sequence[Partition]):
         jobs = tuple(self._job(j) for j in range(j0, j1))
         return Partition(index=i, key=self.key(i), jobs=jobs, cost_bytes=int(t.job_cost[j0:j1].sum()))
 
+    def _covered(self, window: tuple[int, int, int, int], footprint: np.ndarray) -> tuple[int, int, int, int]:
+        """The part of a chunk that a footprint box (grid CRS) covers, plus one pixel, clipped to the chunk."""
+        a, _, c, _, e, f = self._grid.transform
+        r0, c0, h, w = window
+        x0, y0 = c + a * c0, f + e * r0
+        col0 = max(math.floor((footprint[0] - x0) / a) - 1, 0)
+        col1 = min(math.ceil((footprint[2] - x0) / a) + 1, w)
+        row0 = max(math.floor((footprint[3] - y0) / e) - 1, 0)
+        row1 = min(math.ceil((footprint[1] - y0) / e) + 1, h)
+        if col1 <= col0 or row1 <= row0:
+            return (0, 0, h, w)
+        return (row0, col0, row1 - row0, col1 - col0)
+
     def key(self, i: int) -> str:
         """Deterministic key: the partition's first and last chunk and its size identify its content."""
         t = self._t
@@ -199,6 +229,7 @@ class Partitions(Sequence[Partition]):
     def _job(self, j: int) -> ChunkJob:
         t = self._t
         cy, cx = int(t.job_cy[j]), int(t.job_cx[j])
+        window = self._grid.chunk_window(cy, cx)
         sources = []
         for p in range(int(t.job_start[j]), int(t.job_start[j + 1])):
             i = int(t.pair_tile[p])
@@ -211,6 +242,7 @@ class Partitions(Sequence[Partition]):
                     transform=offset_transform(tuple(float(v) for v in t.aff[i]), r0, c0),
                     crs=t.crs[i],
                     nodata=float(t.nodata[i]),
+                    dst_window=self._covered(window, t.footprints[i]),
                 )
             )
         return ChunkJob(
@@ -218,7 +250,7 @@ class Partitions(Sequence[Partition]):
             t=int(t.job_t[j]),
             cy=cy,
             cx=cx,
-            window=self._grid.chunk_window(cy, cx),
+            window=window,
             sources=tuple(sources),
             cost_bytes=int(t.job_cost[j]),
         )
@@ -438,7 +470,7 @@ def compute_plan(
 
     tables = PlanTables(
         paths=paths, crs=tiles["crs"].to_numpy().astype(object), nodata=tiles["nodata"].to_numpy("f8"),
-        levels=levels, aff=aff, pair_tile=tile_of, pair_win=win, job_band=job_band, job_t=job_t,
+        levels=levels, aff=aff, footprints=footprints, pair_tile=tile_of, pair_win=win, job_band=job_band, job_t=job_t,
         job_cy=job_cy, job_cx=job_cx, job_start=job_start, job_cost=job_cost, part_start=part_start,
     )  # fmt: skip
     used = levels[np.unique(tile_of)] if n_pairs else levels[:0]

@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from pipeline.errors import TileReadError
 from pipeline.grid import offset_transform
 from pipeline.plan import BandSpec, Partition
@@ -90,11 +92,17 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
                 read_s += time.perf_counter() - t0
                 continue
             t1 = time.perf_counter()
-            warped.append(
-                warp_window(
-                    data, src, (h, w), dst_transform, ctx.grid_crs, band.nodata, ctx.resampling, ctx.engine, device
-                )
-            )
+            # Only the part of the chunk this tile covers is resampled, then placed in a chunk of nodata.
+            dr, dc, dh, dw = src.dst_window or (0, 0, h, w)
+            part = warp_window(
+                data, src, (dh, dw), offset_transform(dst_transform, dr, dc), ctx.grid_crs, band.nodata,
+                ctx.resampling, ctx.engine, device,
+            )  # fmt: skip
+            if (dh, dw) != (h, w):
+                full = np.full((h, w), band.nodata, dtype=part.dtype)
+                full[dr : dr + dh, dc : dc + dw] = part
+                part = full
+            warped.append(part)
             t2 = time.perf_counter()
             read_s += t1 - t0
             resample_s += t2 - t1
