@@ -10,6 +10,7 @@ grid that the kernel interpolates. ``gdal`` runs GDAL's warper
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
@@ -117,12 +118,18 @@ def warp_window(
     elif engine == "kernels":
         cmap = compute_coord_map(src, dst_shape_yx, dst_transform, dst_crs)
     if cmap is not None:
-        nodata = dst_nodata if np.isnan(src.nodata) else src.nodata
-        out = resample(src_array, nodata, cmap, method)
-        if nodata != dst_nodata and not (np.isnan(nodata) and np.isnan(dst_nodata)):
-            out = np.where(valid_mask(out, nodata), out, np.asarray(dst_nodata).astype(out.dtype))
-        return out
+        return _resample_kernels(src_array, src, cmap, dst_nodata, method)
     return _warp_gdal(src_array, src, dst_shape_yx, dst_transform, dst_crs, dst_nodata, method)
+
+
+def _resample_kernels(array: Any, src: SourceWindow, cmap: CoordMap, dst_nodata: float, method: str) -> np.ndarray:
+    """The array kernels on ``array`` (NumPy or CuPy), back on the host with the chunk's nodata."""
+    nodata = dst_nodata if np.isnan(src.nodata) else src.nodata
+    out = resample(array, nodata, cmap, method)
+    out = out.get() if not isinstance(out, np.ndarray) else out
+    if nodata != dst_nodata and not (np.isnan(nodata) and np.isnan(dst_nodata)):
+        out = np.where(valid_mask(out, nodata), out, np.asarray(dst_nodata).astype(out.dtype))
+    return out
 
 
 def _warp_on_gpu(
@@ -138,19 +145,8 @@ def _warp_on_gpu(
     import cupy
 
     host = compute_coord_map(src, dst_shape_yx, dst_transform, dst_crs)
-    cmap = CoordMap(
-        shape_yx=host.shape_yx,
-        xe=None if host.xe is None else cupy.asarray(host.xe),
-        ye=None if host.ye is None else cupy.asarray(host.ye),
-        X=None if host.X is None else cupy.asarray(host.X),
-        Y=None if host.Y is None else cupy.asarray(host.Y),
-        scale_xy=host.scale_xy,
-    )
-    nodata = dst_nodata if np.isnan(src.nodata) else src.nodata
-    out = resample(cupy.asarray(src_array), nodata, cmap, method).get()
-    if nodata != dst_nodata and not (np.isnan(nodata) and np.isnan(dst_nodata)):
-        out = np.where(valid_mask(out, nodata), out, np.asarray(dst_nodata).astype(out.dtype))
-    return out
+    arrays = {k: cupy.asarray(v) for k in ("xe", "ye", "X", "Y") if (v := getattr(host, k)) is not None}
+    return _resample_kernels(cupy.asarray(src_array), src, replace(host, **arrays), dst_nodata, method)
 
 
 def _warp_gdal(

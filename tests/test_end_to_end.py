@@ -167,26 +167,18 @@ def test_bad_input_is_skipped_and_reported(tmp_path: Path, small_dir: Path) -> N
     assert zarr.open_group(cfg.output.path, mode="r").attrs["pipeline_complete"] is True
 
 
-@pytest.mark.parametrize("method", ["cubic", "mode", "min", "max", "median"])
-def test_other_methods_match_gdal(tmp_path: Path, small_dir: Path, method: str) -> None:
+@pytest.mark.parametrize(
+    ("method", "engine"),
+    [(m, "auto") for m in ("cubic", "mode", "min", "max", "median")]
+    + [(m, "kernels") for m in ("nearest", "bilinear", "average")],
+)
+def test_other_methods_and_the_kernel_engine_match_gdal(tmp_path: Path, small_dir: Path, method: str,
+                                                       engine: str) -> None:  # fmt: skip
     cfg = load_config(
         write_config(tmp_path, str(small_dir / "**" / "*.tif")),
-        [f"resampling={method}", "execution.workers=1", "execution.partition_mb=256", "inputs.bands=[B02, B11]"],
-    )
-    assert run(cfg).exit_code == 0
-    ds = xr.open_zarr(cfg.output.path, mask_and_scale=False)
-    for band in ("B02", "B11"):
-        files = glob.glob(str(small_dir / "2024-06-11" / f"*_{band}.tif"))
-        ref = reference_cube(files, "EPSG:32632", ds.rio.transform(), ds[band].shape[1:], method)
-        assert_matches_gdal(ds[band].isel(time=1).values, ref, band)
-
-
-@pytest.mark.parametrize("method", ["nearest", "bilinear", "average"])
-def test_array_kernel_engine_matches_gdal(tmp_path: Path, small_dir: Path, method: str) -> None:
-    cfg = load_config(
-        write_config(tmp_path, str(small_dir / "**" / "*.tif")),
-        [f"resampling={method}", "resampling_engine=kernels", "execution.workers=1", "execution.partition_mb=256"],
-    )
+        [f"resampling={method}", f"resampling_engine={engine}", "execution.workers=1", "execution.partition_mb=256",
+         "inputs.bands=[B02, B11]"],
+    )  # fmt: skip
     assert run(cfg).exit_code == 0
     ds = xr.open_zarr(cfg.output.path, mask_and_scale=False)
     for band in ("B02", "B11"):
