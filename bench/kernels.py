@@ -22,10 +22,12 @@ sys.path.insert(0, ROOT)
 
 from pipeline.grid import transform_points  # noqa: E402
 from pipeline.plan import SourceWindow  # noqa: E402
+from pipeline.resample.kernels import KERNEL_METHODS  # noqa: E402
 from pipeline.warp import warp_window  # noqa: E402
 
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
-METHODS = ("nearest", "bilinear", "average")
+METHODS = tuple(os.environ.get("BENCH_METHODS", ",".join(KERNEL_METHODS)).split(","))
+SIZES = tuple(int(n) for n in os.environ.get("BENCH_SIZES", "1024,4096").split(","))
 
 
 def case(name: str, n_out: int) -> tuple[np.ndarray, SourceWindow, tuple[float, ...]]:
@@ -49,7 +51,7 @@ def case(name: str, n_out: int) -> tuple[np.ndarray, SourceWindow, tuple[float, 
 
 def main() -> None:
     rows = []
-    for n in (1024, 4096):
+    for n in SIZES:
         for name in ("cross", "same", "aligned"):
             src, win, dst = case(name, n)
             for method in METHODS:

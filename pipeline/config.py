@@ -23,7 +23,7 @@ import yaml
 from pipeline.errors import ConfigError
 from pipeline.resample.kernels import KERNEL_METHODS
 
-RESAMPLING_METHODS = ("nearest", "bilinear", "cubic", "average", "mode", "min", "max", "median")
+RESAMPLING_METHODS = KERNEL_METHODS
 FUSE_METHODS = ("first", "last", "min", "max", "mean")
 ENGINES = ("auto", "kernels", "gdal")
 CODECS = ("zstd", "blosc", "gzip", "none")
@@ -127,7 +127,7 @@ class Config:
     report_path: str
     source: str | None = field(default=None, compare=False)
     resampling_engine: str = "auto"
-    """auto: array kernels where they are measured faster (same-CRS nearest/average), GDAL elsewhere."""
+    """auto / kernels: the project's array kernels (every method); gdal: GDAL's warper, for comparison."""
     """The config file this came from, for messages."""
 
     def output_settings(self) -> dict[str, Any]:
@@ -351,11 +351,6 @@ def validate(raw: dict[str, Any], source: str | None = None) -> Config:
 
     resampling = _choice(c["resampling"], "resampling", RESAMPLING_METHODS)
     engine = _choice(c["resampling_engine"], "resampling_engine", ENGINES)
-    if engine == "kernels" and resampling not in KERNEL_METHODS:
-        raise ConfigError(
-            "resampling_engine",
-            f"the array kernels do not implement {resampling!r} yet ({', '.join(KERNEL_METHODS)}); use auto or gdal",
-        )
     fuse = _choice(c["fuse"], "fuse", FUSE_METHODS)
 
     if not isinstance(o["path"], str) or not o["path"]:

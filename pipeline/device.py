@@ -139,9 +139,11 @@ def decide(requested: str, gpu_available: bool, gpu_reason: str, work: TaskWork,
     if not gpu_available:
         return "cpu", f"no GPU: {gpu_reason}"
     if work.method not in KERNEL_METHODS:
-        return "cpu", f"no GPU kernel for {work.method!r} yet ({', '.join(KERNEL_METHODS)} have one)"
+        return "cpu", f"no GPU kernel for {work.method!r} ({', '.join(KERNEL_METHODS)} have one)"
     if profile is None:
         return "cpu", "GPU not calibrated"
+    if work.method not in profile.gpu_mpx_s:
+        return "cpu", f"no GPU rate measured for {work.method!r} (calibrate, or set it in execution.gpu_profile)"
     cpu_s, gpu_s = estimate_seconds(work, profile)
     io_note = ""
     if work.io_s_estimate > max(cpu_s, gpu_s):

@@ -256,6 +256,7 @@ def run(
         fuse=plan.fuse,
         on_error=config.execution.on_error,
         engine=config.resampling_engine,
+        grid_width=plan.grid.shape_yx[1],
     )
     max_arg = max((len(pickle.dumps(p)) for p in todo), default=0)
 

@@ -19,7 +19,7 @@ from pipeline.grid import offset_transform
 from pipeline.plan import BandSpec, Partition
 from pipeline.read import open_count, read_window
 from pipeline.resample import fuse_arrays
-from pipeline.warp import warp_window
+from pipeline.warp import RowSpan, warp_window
 from pipeline.write import journal_record, write_chunk
 
 
@@ -34,6 +34,8 @@ class TaskContext:
     on_error: str
     engine: str = "auto"
     """Resampling engine: auto | kernels | gdal (see pipeline.warp)."""
+    grid_width: int = 0
+    """Columns in the grid's rows: reprojection positions are approximated along whole rows (no seams)."""
 
 
 def _worker_name() -> str:
@@ -94,9 +96,10 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
             t1 = time.perf_counter()
             # Only the part of the chunk this tile covers is resampled, then placed in a chunk of nodata.
             dr, dc, dh, dw = src.dst_window or (0, 0, h, w)
+            span = RowSpan(ctx.grid_transform, ctx.grid_width, r0 + dr, c0 + dc) if ctx.grid_width else None
             part = warp_window(
                 data, src, (dh, dw), offset_transform(dst_transform, dr, dc), ctx.grid_crs, band.nodata,
-                ctx.resampling, ctx.engine, device,
+                ctx.resampling, ctx.engine, device, span,
             )  # fmt: skip
             if (dh, dw) != (h, w):
                 full = np.full((h, w), band.nodata, dtype=part.dtype)

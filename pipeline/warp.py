@@ -2,15 +2,16 @@
 
 ``kernels`` runs the project's array kernels (:mod:`pipeline.resample.kernels`,
 NumPy or CuPy) on a coordinate map built here: exact and separable when the
-source and destination share a CRS, else exact positions (pyproj) on a coarse
-grid that the kernel interpolates. ``gdal`` runs GDAL's warper
+source and destination share a CRS, else GDAL's approximate transformer along
+the grid's rows (:mod:`pipeline.transform`: exact pyproj positions at segment
+ends), which the kernel interpolates. ``gdal`` runs GDAL's warper
 (``rasterio.warp.reproject``) on the in-memory window. The task code calls
 :func:`warp_window` and nothing else.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -20,7 +21,8 @@ from affine import Affine
 from pipeline.grid import transform_points
 from pipeline.plan import SourceWindow
 from pipeline.resample.fuse import valid_mask
-from pipeline.resample.kernels import CoordMap, block_factor, densify_grid, resample
+from pipeline.resample.kernels import CENTRE_METHODS, CoordMap, resample
+from pipeline.transform import approx_lines
 
 # Our method names -> rasterio's Resampling members where they differ.
 GDAL_NAMES = {"median": "med"}
@@ -33,10 +35,6 @@ def _crs(text: str) -> Any:
     return CRS.from_user_input(text)
 
 
-COARSE_STEP = 16
-"""Destination pixels between exact positions of the cross-CRS coordinate map."""
-
-
 @lru_cache(maxsize=1024)
 def _same_crs(a: str, b: str) -> bool:
     return a == b or bool(_crs(a) == _crs(b))
@@ -47,32 +45,52 @@ def _separable(src: SourceWindow, dst_transform: tuple[float, ...], dst_crs: str
     return t[1] == 0 and t[3] == 0 and dst_transform[1] == 0 and dst_transform[3] == 0 and _same_crs(src.crs, dst_crs)
 
 
+@dataclass(frozen=True)
+class RowSpan:
+    """Where a destination block sits in the grid: GDAL-style approximation runs along whole grid rows,
+    so every chunk of a row sees the same positions (no seams)."""
+
+    transform: tuple[float, ...]
+    """The grid's geotransform (rasterio order)."""
+    width: int
+    row_off: int
+    col_off: int
+
+
 def compute_coord_map(
     src: SourceWindow,
     dst_shape_yx: tuple[int, int],
     dst_transform: tuple[float, ...],
     dst_crs: str,
-    step: int = COARSE_STEP,
+    method: str = "nearest",
+    grid: RowSpan | None = None,
 ) -> CoordMap:
-    """Destination pixel corners in the source window's pixel coordinates."""
+    """Where the destination's pixels fall in the source window: exact and separable for one CRS, else
+    GDAL's approximate transformer along the grid's rows (pixel centres or corners, as ``method`` reads)."""
     h, w = dst_shape_yx
-    sa, sb, sc, sd, se, sf = src.transform[:6]
-    da, db, dc, dd, de, df = dst_transform[:6]
     scale = _scale(src, dst_transform, dst_crs)
     if _separable(src, dst_transform, dst_crs):
+        sa, sc, se, sf = src.transform[0], src.transform[2], src.transform[4], src.transform[5]
+        da, dc, de, df = dst_transform[0], dst_transform[2], dst_transform[4], dst_transform[5]
         xe = (dc + da * np.arange(w + 1) - sc) / sa
         ye = (df + de * np.arange(h + 1) - sf) / se
         return CoordMap(shape_yx=(h, w), xe=xe, ye=ye, scale_xy=scale)
-    rows = np.unique(np.append(np.arange(0, h + 1, step), h))
-    cols = np.unique(np.append(np.arange(0, w + 1, step), w))
-    cc, rr = np.meshgrid(cols.astype("f8"), rows.astype("f8"))
-    x, y = transform_points(dst_crs, src.crs, dc + da * cc + db * rr, df + dd * cc + de * rr)
-    inv = ~Affine(sa, sb, sc, sd, se, sf)
-    px = inv.a * x + inv.b * y + inv.c
-    py = inv.d * x + inv.e * y + inv.f
-    X = densify_grid(px, rows, cols, (h + 1, w + 1), np)
-    Y = densify_grid(py, rows, cols, (h + 1, w + 1), np)
-    return CoordMap(shape_yx=(h, w), X=X, Y=Y, scale_xy=scale)
+    grid = grid or RowSpan(tuple(dst_transform[:6]), w, 0, 0)
+    ga, gb, gc, gd, ge, gf = grid.transform[:6]
+    inv = ~Affine(*src.transform[:6])
+
+    def exact(cols: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # GDAL's GenImgProj transformer: destination pixel -> georeferenced -> source CRS -> source pixel
+        x, y = transform_points(dst_crs, src.crs, gc + cols * ga + rows * gb, gf + cols * gd + rows * ge)
+        return inv.a * x + inv.b * y + inv.c, inv.d * x + inv.e * y + inv.f
+
+    if method in CENTRE_METHODS:
+        rows = grid.row_off + np.arange(h) + 0.5
+        lines = approx_lines(exact, rows, grid.width, grid.col_off, grid.col_off + w, offset=0.5)
+        return CoordMap(shape_yx=(h, w), centres=lines, scale_xy=scale)
+    rows = grid.row_off + np.arange(h + 1, dtype="f8")
+    lines = approx_lines(exact, rows, grid.width + 1, grid.col_off, grid.col_off + w + 1, offset=0.0)
+    return CoordMap(shape_yx=(h, w), corners=lines, scale_xy=scale)
 
 
 @lru_cache(maxsize=1024)
@@ -99,27 +117,25 @@ def warp_window(
     dst_crs: str,
     dst_nodata: float,
     method: str,
-    engine: str = "gdal",
+    engine: str = "kernels",
     device: str = "cpu",
+    grid: RowSpan | None = None,
 ) -> np.ndarray:
-    """Resample ``src_array`` (the pixels of ``src.window``) onto a destination chunk.
+    """Resample ``src_array`` (the pixels of ``src.window``) onto a destination block.
 
-    ``device="gpu"``: the array kernels on CuPy (decoded pixels in, warped pixels back).
+    ``engine``: ``kernels`` (the project's array kernels; ``auto`` means the same) or ``gdal``
+    (GDAL's warper, kept for comparison). ``device="gpu"``: the kernels on CuPy (decoded pixels
+    in, warped pixels back). ``grid``: where the block sits in the grid's rows (default: the block is
+    the whole grid).
     """
+    if engine == "gdal" and device != "gpu":
+        return _warp_gdal(src_array, src, dst_shape_yx, dst_transform, dst_crs, dst_nodata, method)
+    cmap = compute_coord_map(src, dst_shape_yx, dst_transform, dst_crs, method, grid)
     if device == "gpu":
-        return _warp_on_gpu(src_array, src, dst_shape_yx, dst_transform, dst_crs, dst_nodata, method)
-    cmap = None
-    if engine == "auto" and method in ("nearest", "average") and _separable(src, dst_transform, dst_crs):
-        # The measured CPU wins (bench/kernels.py): same-CRS nearest (outer indexing) and aligned
-        # integer-factor average (a reshape-mean, or a copy). GDAL's warper is faster everywhere else.
-        cmap = compute_coord_map(src, dst_shape_yx, dst_transform, dst_crs)
-        if method == "average" and block_factor(cmap, src_array.shape) is None:
-            cmap = None
-    elif engine == "kernels":
-        cmap = compute_coord_map(src, dst_shape_yx, dst_transform, dst_crs)
-    if cmap is not None:
-        return _resample_kernels(src_array, src, cmap, dst_nodata, method)
-    return _warp_gdal(src_array, src, dst_shape_yx, dst_transform, dst_crs, dst_nodata, method)
+        import cupy
+
+        return _resample_kernels(cupy.asarray(src_array), src, cmap.to(cupy), dst_nodata, method)
+    return _resample_kernels(src_array, src, cmap, dst_nodata, method)
 
 
 def _resample_kernels(array: Any, src: SourceWindow, cmap: CoordMap, dst_nodata: float, method: str) -> np.ndarray:
@@ -130,23 +146,6 @@ def _resample_kernels(array: Any, src: SourceWindow, cmap: CoordMap, dst_nodata:
     if nodata != dst_nodata and not (np.isnan(nodata) and np.isnan(dst_nodata)):
         out = np.where(valid_mask(out, nodata), out, np.asarray(dst_nodata).astype(out.dtype))
     return out
-
-
-def _warp_on_gpu(
-    src_array: np.ndarray,
-    src: SourceWindow,
-    dst_shape_yx: tuple[int, int],
-    dst_transform: tuple[float, ...],
-    dst_crs: str,
-    dst_nodata: float,
-    method: str,
-) -> np.ndarray:
-    """The same kernels with CuPy as ``xp``: the map is built on the host, then moved with the pixels."""
-    import cupy
-
-    host = compute_coord_map(src, dst_shape_yx, dst_transform, dst_crs)
-    arrays = {k: cupy.asarray(v) for k in ("xe", "ye", "X", "Y") if (v := getattr(host, k)) is not None}
-    return _resample_kernels(cupy.asarray(src_array), src, replace(host, **arrays), dst_nodata, method)
 
 
 def _warp_gdal(

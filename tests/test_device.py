@@ -56,7 +56,7 @@ def test_transfers_are_part_of_the_gpu_estimate() -> None:
     [
         ("cpu", True, "bilinear", "cpu", "cpu requested"),
         ("auto", False, "bilinear", "cpu", "no GPU: none here"),
-        ("auto", True, "mode", "cpu", "no GPU kernel for 'mode'"),
+        ("auto", True, "mode", "cpu", "no GPU rate measured for 'mode'"),
         ("gpu", True, "average", "gpu", "gpu requested"),
     ],
 )

@@ -1,88 +1,63 @@
 """Resampling kernels: one implementation for NumPy and CuPy, imitating GDAL's warper.
 
-Source coordinates are continuous pixel units of the source window: pixel
-``i`` spans ``[i, i + 1)``, its centre is ``i + 0.5``. A :class:`CoordMap`
-gives, for every destination pixel *corner*, where it falls in the source:
+Every method reads a :class:`~pipeline.resample.coords.CoordMap` (where the
+destination pixels fall in the source window) and the source pixels, and
+nothing else. Three shapes of work, each picked by the map:
 
-* separable (``xe``: w+1 column edges, ``ye``: h+1 row edges): same CRS, pure
-  scale and offset; no per-pixel transform at all;
-* general (``X``, ``Y``: (h+1, w+1)): any reprojection, interpolated here from
-  a coarse grid of exact positions computed outside (see :func:`densify_grid`).
+* separable maps (same CRS): 1-D taps per axis, applied along x then y;
+* line maps (reprojection): per-pixel taps gathered from a zero-padded copy,
+  in row blocks small enough to stay in cache on the CPU;
+* aligned integer factors (10 m -> 20 m on shared edges): strided slices, no
+  gathers at all; a factor of one is a copy.
 
-Nodata follows GDAL: bilinear renormalises its weights over valid neighbours;
-average ignores nodata; a pixel with no valid source is nodata.
+Nodata follows GDAL: bilinear and cubic renormalise their weights over valid
+neighbours; average, mode, min, max and median ignore nodata; a pixel with no
+valid source is nodata.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from functools import lru_cache
 from typing import Any
 
+import numpy as np
+
+from pipeline.resample.coords import CoordMap, LineMap
 from pipeline.resample.fuse import get_xp, valid_mask
 
-KERNEL_METHODS = ("nearest", "bilinear", "average")
+__all__ = ["KERNEL_METHODS", "CoordMap", "LineMap", "block_factor", "resample"]
+
+KERNEL_METHODS = ("nearest", "bilinear", "cubic", "average", "mode", "min", "max", "median")
+CENTRE_METHODS = ("nearest", "bilinear", "cubic")
+"""Methods that sample at pixel centres; the others read each pixel's footprint (its corners)."""
 EPS = 1e-10
+"""GDAL's nudge before flooring a source coordinate."""
+DOWNSAMPLING = 0.95
+"""Below this scale (destination pixels per source pixel) GDAL stretches the kernel over 1/scale pixels."""
+BLOCK_PX = 1 << 15
+"""Destination pixels per row block on the CPU: the intermediates stay in cache."""
+
+Taps = tuple[Any, list[Any]]
+"""(first source index, [weight of tap k]): tap ``k`` reads index ``first + k``."""
 
 
-@dataclass(frozen=True)
-class CoordMap:
-    """Destination pixel corners in source pixel coordinates."""
-
-    shape_yx: tuple[int, int]
-    xe: Any = None
-    """(w+1,) column edges, separable case."""
-    ye: Any = None
-    """(h+1,) row edges, separable case."""
-    X: Any = None
-    """(h+1, w+1) corner x, general case."""
-    Y: Any = None
-    scale_xy: tuple[float, float] | None = None
-    """Destination pixels per source pixel, when known from the grids themselves (the same for every
-    chunk, so kernels that stretch with it leave no seams); else estimated from this map."""
-
-    @property
-    def separable(self) -> bool:
-        return self.xe is not None
-
-    def centres(self, xp: Any) -> tuple[Any, Any]:
-        """Pixel-centre source coordinates, broadcastable to (h, w)."""
-        if self.separable:
-            xc = (self.xe[:-1] + self.xe[1:]) / 2
-            yc = (self.ye[:-1] + self.ye[1:]) / 2
-            return xc[None, :], yc[:, None]
-        X, Y = self.X, self.Y
-        return (X[:-1, :-1] + X[1:, 1:] + X[:-1, 1:] + X[1:, :-1]) / 4, (
-            Y[:-1, :-1] + Y[1:, 1:] + Y[:-1, 1:] + Y[1:, :-1]
-        ) / 4
-
-    def scale(self) -> tuple[float, float]:
-        """Destination pixels per source pixel along x and y (GDAL's XScale/YScale), chunk mean."""
-        if self.scale_xy is not None:
-            return self.scale_xy
-        h, w = self.shape_yx
-        if self.separable:
-            return w / abs(float(self.xe[-1] - self.xe[0])), h / abs(float(self.ye[-1] - self.ye[0]))
-        dx = float(abs(self.X[:, -1] - self.X[:, 0]).mean())
-        dy = float(abs(self.Y[-1, :] - self.Y[0, :]).mean())
-        return w / dx, h / dy
+# ---------------------------------------------------------------------------------------------- helpers
+def _fill(nodata: float, dtype: Any, xp: Any) -> Any:
+    return xp.asarray(0 if math.isnan(nodata) and xp.dtype(dtype).kind != "f" else nodata).astype(dtype)
 
 
-def densify_grid(coarse: Any, rows: Any, cols: Any, shape: tuple[int, int], xp: Any) -> Any:
-    """Interpolate values known at coarse nodes (``rows`` x ``cols`` of a (h+1, w+1) lattice) to all nodes."""
-    ny, nx = shape
+def _work_dtype(dtype: Any, xp: Any) -> str:
+    """float32 for 8/16-bit and float32 pixels (exact for their sums here), float64 otherwise."""
+    d = xp.dtype(dtype)
+    return "f4" if (d.kind in "iu" and d.itemsize <= 2) or d == xp.dtype("f4") else "f8"
 
-    def lerp_matrix(nodes: Any, n: int) -> Any:
-        nodes = xp.asarray(nodes, dtype="f8")
-        t = xp.arange(n, dtype="f8")
-        k = xp.clip(xp.searchsorted(nodes, t, side="right") - 1, 0, len(nodes) - 2)
-        f = (t - nodes[k]) / (nodes[k + 1] - nodes[k])
-        m = xp.zeros((n, len(nodes)), dtype="f8")
-        m[xp.arange(n), k] = 1 - f
-        m[xp.arange(n), k + 1] = f
-        return m
 
-    return lerp_matrix(rows, ny) @ xp.asarray(coarse, dtype="f8") @ lerp_matrix(cols, nx).T
+def _row_blocks(h: int, w: int, xp: Any) -> Iterator[tuple[int, int]]:
+    step = h if xp.__name__ != "numpy" else max(1, BLOCK_PX // max(w, 1))
+    for r0 in range(0, h, step):
+        yield r0, min(h, r0 + step)
 
 
 def _finish(acc: Any, wsum: Any, nodata: float, dtype: Any, xp: Any) -> Any:
@@ -91,101 +66,327 @@ def _finish(acc: Any, wsum: Any, nodata: float, dtype: Any, xp: Any) -> Any:
     if xp.dtype(dtype).kind in "iu":
         info = xp.iinfo(dtype)
         value = xp.clip(xp.floor(value + 0.5), info.min, info.max)  # GDAL rounds half up
-    fill = 0 if math.isnan(nodata) and xp.dtype(dtype).kind != "f" else nodata
-    return xp.where(ok, value, fill).astype(dtype)
+    return xp.where(ok, value, _fill(nodata, dtype, xp)).astype(dtype)
 
 
-def _inside(xc: Any, yc: Any, src_shape: tuple[int, int], xp: Any) -> Any:
+def _pad(a: Any, p: int, value: Any, xp: Any) -> Any:
+    out = xp.full((a.shape[0] + 2 * p, a.shape[1] + 2 * p), value, dtype=a.dtype)
+    out[p : p + a.shape[0], p : p + a.shape[1]] = a
+    return out
+
+
+def _inside(xc: Any, yc: Any, src_shape: tuple[int, int]) -> Any:
     h, w = src_shape
     return (xc >= 0) & (xc < w) & (yc >= 0) & (yc < h)
 
 
-def _weighted_mean(
-    src: Any, nodata: float, shape: tuple[int, int], y_taps: tuple[list[Any], list[Any]],
-    x_taps: tuple[list[Any], list[Any]], xp: Any,
-) -> Any:  # fmt: skip
-    """Sum of weight x value over every (y tap, x tap) pair, divided by the valid weight.
-
-    Taps outside the source or on nodata weigh nothing: GDAL's renormalisation around nodata.
-    """
-    h_s, w_s = src.shape
-    valid = valid_mask(src, nodata, xp)
-    data = src.astype("f8")
-    acc = xp.zeros(shape, dtype="f8")
-    wsum = xp.zeros(shape, dtype="f8")
-    for iy, wy in zip(*y_taps, strict=True):
-        oky = (iy >= 0) & (iy < h_s)
-        iyc = xp.clip(iy, 0, h_s - 1)
-        for ix, wx in zip(*x_taps, strict=True):
-            ixc = xp.clip(ix, 0, w_s - 1)
-            w = xp.where(oky & (ix >= 0) & (ix < w_s) & valid[iyc, ixc], wy * wx, 0.0)
-            acc += w * data[iyc, ixc]
-            wsum += w
-    return _finish(acc, wsum, nodata, src.dtype, xp)
+# ------------------------------------------------------------------------------------------------- taps
+def _tent_weight(t: Any, xp: Any) -> Any:
+    return xp.maximum(0.0, 1.0 - xp.abs(t))
 
 
-def resample_nearest(src: Any, nodata: float, cmap: CoordMap) -> Any:
-    """The source pixel containing each destination centre."""
-    xp = get_xp(src)
-    h_s, w_s = src.shape
-    xc, yc = cmap.centres(xp)
-    ix, iy = xp.floor(xc).astype(xp.int64), xp.floor(yc).astype(xp.int64)
-    fill = xp.asarray(0 if math.isnan(nodata) and src.dtype.kind != "f" else nodata).astype(src.dtype)
-    if cmap.separable:  # outer indexing: one gather per pixel, no per-pixel coordinates
-        okx, oky = (ix >= 0) & (ix < w_s), (iy >= 0) & (iy < h_s)
-        out = src[xp.clip(iy, 0, h_s - 1)[:, 0][:, None], xp.clip(ix, 0, w_s - 1)[0][None, :]]
-        return xp.where(oky & okx, out, fill)
-    inside = _inside(xc, yc, src.shape, xp)
-    out = src[xp.clip(iy, 0, h_s - 1), xp.clip(ix, 0, w_s - 1)]
-    return xp.where(inside, out, fill)
+def _cubic_weight(t: Any, xp: Any) -> Any:
+    """Keys' cubic convolution kernel with a = -0.5 (GDAL's cubic)."""
+    t = xp.abs(t)
+    near = (1.5 * t - 2.5) * t * t + 1.0
+    far = ((-0.5 * t + 2.5) * t - 4.0) * t + 2.0
+    return xp.where(t < 1.0, near, xp.where(t < 2.0, far, 0.0))
 
 
-def _taps(c: Any, n_src: int, scale: float, xp: Any) -> tuple[list[Any], list[Any]]:
-    """Tent taps around sample positions ``c``: (indices, weights) per tap, GDAL's bilinear rule."""
-    if scale >= 0.95:  # GDAL's 4-sample formula
+KERNELS: dict[str, tuple[float, int, Callable[[Any, Any], Any]]] = {
+    "bilinear": (1.0, 1, _tent_weight),
+    "cubic": (2.0, 3, _cubic_weight),
+}
+"""method -> (radius in destination pixels, polynomial degree between knots, weight function)."""
+
+
+@lru_cache(maxsize=64)
+def _tap_polynomials(method: str, stretch: int) -> tuple[tuple[float, ...], ...]:
+    """Per tap, the weight as a polynomial in the sample's fractional position ``f`` (highest power first).
+
+    With a whole-number stretch the kernel's knots fall on whole source pixels, so between two pixel
+    centres every tap's weight is one polynomial: fitted here once from the kernel itself, then
+    evaluated by Horner's rule (a few multiply-adds per tap instead of the piecewise kernel)."""
+    radius, degree, weight = KERNELS[method]
+    r = int(round(radius * stretch))
+    f = np.linspace(0.1, 0.9, degree + 1)
+    return tuple(tuple(np.polyfit(f, weight(((k - r + 1) - f) / stretch, np), degree)) for k in range(2 * r))
+
+
+def _kernel_taps(c: Any, scale: float, method: str, xp: Any, dtype: str = "f8") -> Taps:
+    """Taps of ``method``'s kernel centred on positions ``c``, GDAL's rule: when downsampling (scale
+    below 0.95) the kernel stretches over radius / scale source pixels."""
+    radius, _, weight = KERNELS[method]
+    stretch = 1 if scale >= DOWNSAMPLING else _integer_stretch(scale)
+    if stretch is not None:
         s = c - 0.5
-        i0 = xp.floor(s)
-        f = s - i0
-        i0 = i0.astype(xp.int64)
-        return [i0, i0 + 1], [1 - f, f]
-    radius = 1.0 / scale  # downsampling: the tent stretches over 1/scale source pixels
-    first = xp.floor(c - 0.5 - radius).astype(xp.int64) + 1
-    idx, wts = [], []
-    for k in range(int(math.ceil(2 * radius)) + 1):
-        i = first + k
-        wts.append(xp.maximum(0.0, 1.0 - xp.abs(i + 0.5 - c) * scale))
-        idx.append(i)
-    return idx, wts
+        first = xp.floor(s)
+        f = (s - first).astype(dtype)
+        first = first.astype(xp.int64) - (int(round(radius * stretch)) - 1)
+        wts = []
+        for coeffs in _tap_polynomials(method, stretch):
+            w = xp.full(f.shape, coeffs[0], dtype=dtype)
+            for c_ in coeffs[1:]:
+                w *= f
+                w += c_
+            wts.append(w)
+        return first, wts
+    r = radius / scale
+    first = xp.floor(c - 0.5 - r).astype(xp.int64) + 1
+    return first, [weight((first + k + 0.5 - c) * scale, xp) for k in range(int(math.ceil(2 * r)) + 1)]
 
 
-def resample_bilinear(src: Any, nodata: float, cmap: CoordMap) -> Any:
-    """Bilinear (tent) interpolation at destination centres, weights renormalised over valid pixels."""
-    xp = get_xp(src)
-    h_s, w_s = src.shape
-    xc, yc = cmap.centres(xp)
-    sx, sy = cmap.scale()
-    xi, xw = _taps(xc, w_s, sx, xp)
-    yi, yw = _taps(yc, h_s, sy, xp)
-    out = _weighted_mean(src, nodata, cmap.shape_yx, (yi, yw), (xi, xw), xp)
-    inside = _inside(xc, yc, src.shape, xp)
-    fill = xp.asarray(0 if math.isnan(nodata) and src.dtype.kind != "f" else nodata).astype(src.dtype)
-    return xp.where(inside, out, fill)
+def _integer_stretch(scale: float) -> int | None:
+    """1/scale when it is a whole number (the stretched kernel's knots then sit on pixel centres)."""
+    r = 1.0 / scale
+    return round(r) if abs(r - round(r)) < 1e-9 and round(r) >= 1 else None
 
 
-def _footprint_taps(lo: Any, hi: Any, n_src: int, xp: Any) -> tuple[list[Any], list[Any]]:
+def _footprint_taps(lo: Any, hi: Any, n_src: int, xp: Any) -> Taps:
     """Source pixels overlapping [lo, hi) and the length of each overlap (GDAL's average weights)."""
     a, b = xp.minimum(lo, hi), xp.maximum(lo, hi)
     i0 = xp.clip(xp.floor(a + EPS), 0, n_src).astype(xp.int64)
     i1 = xp.clip(xp.ceil(b - EPS), 0, n_src).astype(xp.int64)
     i1 = xp.where((i0 == i1) & (i1 < n_src), i1 + 1, i1)  # GDAL: at least one pixel when inside
     k_max = int((i1 - i0).max()) if i1.size else 0
-    idx, wts = [], []
+    wts = []
     for k in range(k_max):
         i = i0 + k
         w = xp.clip(xp.minimum(i + 1.0, b) - xp.maximum(i * 1.0, a), 0.0, 1.0)
-        idx.append(i)
         wts.append(xp.where(i < i1, w, 0.0))
-    return idx, wts
+    return i0, wts
+
+
+# ---------------------------------------------------------------------------------------------- nearest
+def resample_nearest(src: Any, nodata: float, cmap: CoordMap) -> Any:
+    """The source pixel containing each destination centre."""
+    xp = get_xp(src)
+    h_s, w_s = src.shape
+    h, w = cmap.shape_yx
+    fill = _fill(nodata, src.dtype, xp)
+    if cmap.separable:  # outer indexing: one gather per pixel, no per-pixel coordinates
+        xc, yc = cmap.centre_positions(xp)
+        ix, iy = xp.floor(xc[0] + EPS).astype(xp.int64), xp.floor(yc[:, 0] + EPS).astype(xp.int64)
+        out = src[xp.clip(iy, 0, h_s - 1)[:, None], xp.clip(ix, 0, w_s - 1)[None, :]]
+        return xp.where(((iy >= 0) & (iy < h_s))[:, None] & ((ix >= 0) & (ix < w_s))[None, :], out, fill)
+    flat = _pad(src, 1, fill, xp).ravel()  # a one-pixel frame of nodata: no inside test per pixel
+    out = xp.empty((h, w), dtype=src.dtype)
+    for r0, r1 in _row_blocks(h, w, xp):
+        x, y = cmap.centre_positions(xp, r0, r1)
+        x += 1.0 + EPS
+        y += 1.0 + EPS
+        xp.floor(x, out=x)
+        xp.floor(y, out=y)
+        xp.clip(x, 0, w_s + 1, out=x)
+        xp.clip(y, 0, h_s + 1, out=y)
+        y *= w_s + 2
+        y += x
+        out[r0:r1] = flat[y.astype(xp.int64)]
+    return out
+
+
+# ------------------------------------------------------------------------------------ weighted methods
+def _separable_mean(src: Any, nodata: float, y_taps: Taps, x_taps: Taps, xp: Any) -> Any:
+    """Σ w·v / Σ w over 1-D taps: along x for every source row, then along y. Same CRS only."""
+    h_s, w_s = src.shape
+    ft = _work_dtype(src.dtype, xp)
+    valid = valid_mask(src, nodata, xp)
+    all_valid = bool(valid.all())
+    data = (src if all_valid else xp.where(valid, src, 0)).astype(ft)
+    vf = None if all_valid else valid.astype(ft)
+
+    def along_x(a: Any) -> Any:
+        first, wts = x_taps
+        t = xp.zeros((h_s, first.shape[0]), dtype=ft)
+        for k, wk in enumerate(wts):
+            i = first + k
+            ok = (i >= 0) & (i < w_s)
+            t += a[:, xp.clip(i, 0, w_s - 1)] * xp.where(ok, wk, 0.0).astype(ft)[None, :]
+        return t
+
+    def along_y(t: Any) -> Any:
+        first, wts = y_taps
+        acc = xp.zeros((first.shape[0], t.shape[1]), dtype=ft)
+        for k, wk in enumerate(wts):
+            i = first + k
+            ok = (i >= 0) & (i < h_s)
+            acc += t[xp.clip(i, 0, h_s - 1), :] * xp.where(ok, wk, 0.0).astype(ft)[:, None]
+        return acc
+
+    def weight_sum(taps: Taps, n: int) -> Any:
+        first, wts = taps
+        total = xp.zeros(first.shape[0], dtype=ft)
+        for k, wk in enumerate(wts):
+            total += xp.where((first + k >= 0) & (first + k < n), wk, 0.0).astype(ft)
+        return total
+
+    acc = along_y(along_x(data))
+    wsum = weight_sum(y_taps, h_s)[:, None] * weight_sum(x_taps, w_s)[None, :] if vf is None else along_y(along_x(vf))
+    return _finish(acc, wsum, nodata, src.dtype, xp)
+
+
+def _gather_mean(data: Any, valid: Any, pad: int, y_taps: Taps, x_taps: Taps, xp: Any) -> tuple[Any, Any]:
+    """Σ w·v and Σ w·valid over per-pixel taps, gathered from ``data`` padded by ``pad`` zeros.
+
+    ``valid``: the padded validity as a 2-D array, or as (rows, columns) 1-D profiles when it is
+    separable (no nodata in the window): the weight sum then costs no gathers at all.
+    """
+    hp, wp = data.shape
+    (fy, wy), (fx, wx) = y_taps, x_taps
+    iy = xp.clip(fy, -len(wy), hp - 2 * pad) + pad
+    ix = xp.clip(fx, -len(wx), wp - 2 * pad) + pad
+    base = iy * wp + ix
+    flat = data.ravel()
+    acc = xp.zeros(base.shape, dtype=data.dtype)
+    separable = isinstance(valid, tuple)
+    vflat: Any = None if separable else valid.ravel()
+    wsum = xp.zeros(base.shape, dtype=data.dtype)
+    for ky, wyk in enumerate(wy):
+        row = xp.zeros(base.shape, dtype=data.dtype)
+        rowv = None if separable else xp.zeros(base.shape, dtype=data.dtype)
+        for kx, wxk in enumerate(wx):
+            idx = base + (ky * wp + kx)
+            row += wxk * flat[idx]
+            if rowv is not None:
+                rowv += wxk * vflat[idx]
+        acc += wyk * row
+        if rowv is not None:
+            wsum += wyk * rowv
+    if separable:
+        vy, vx = valid
+        sy = sum(wyk * vy[iy + k] for k, wyk in enumerate(wy))
+        sx = sum(wxk * vx[ix + k] for k, wxk in enumerate(wx))
+        wsum = sy * sx
+    return acc, wsum
+
+
+def _padded_valid(valid: Any, pad: int, ft: str, xp: Any, profiles: tuple[Any, Any] | None = None) -> Any:
+    """Validity padded with zeros: 1-D profiles (the given ones, or ones) when the window has no nodata."""
+    if profiles is None and not bool(valid.all()):
+        return _pad(valid.astype(ft), pad, 0, xp)
+    vy, vx = profiles or (xp.ones(valid.shape[0], dtype=ft), xp.ones(valid.shape[1], dtype=ft))
+    py, px = xp.zeros(len(vy) + 2 * pad, dtype=ft), xp.zeros(len(vx) + 2 * pad, dtype=ft)
+    py[pad:-pad], px[pad:-pad] = vy, vx
+    return py, px
+
+
+def _general_mean(src: Any, nodata: float, cmap: CoordMap, taps_for: Callable[[int, int], tuple[Taps, Taps]],
+                  inside_test: bool) -> Any:  # fmt: skip
+    """Weighted means over per-pixel taps from a line map, in row blocks; GDAL's renormalisation."""
+    xp = get_xp(src)
+    h, w = cmap.shape_yx
+    ft = _work_dtype(src.dtype, xp)
+    valid = valid_mask(src, nodata, xp)
+    data0 = xp.where(valid, src, 0).astype(ft)
+    pad, data, vpad = -1, None, None
+    out = xp.empty((h, w), dtype=src.dtype)
+    for r0, r1 in _row_blocks(h, w, xp):
+        y_taps, x_taps = taps_for(r0, r1)
+        need = max(len(y_taps[1]), len(x_taps[1])) + 1
+        if need > pad:  # zeros outside: taps off the source weigh nothing
+            pad = max(need, 2 * pad)
+            data, vpad = _pad(data0, pad, 0, xp), _padded_valid(valid, pad, ft, xp)
+        acc, wsum = _gather_mean(data, vpad, pad, y_taps, x_taps, xp)
+        block = _finish(acc, wsum, nodata, src.dtype, xp)
+        if inside_test:
+            xc, yc = cmap.centre_positions(xp, r0, r1, "f4")
+            block = xp.where(_inside(xc, yc, src.shape), block, _fill(nodata, src.dtype, xp))
+        out[r0:r1] = block
+    return out
+
+
+def _tent_prefilter(a: Any, stretch: int, axis: int, xp: Any) -> Any:
+    """``a`` convolved with the discrete tent 1 - |k|/stretch along ``axis`` (zeros beyond the edges)."""
+    n = a.shape[axis] if a.ndim > 1 else a.shape[0]
+    out = a.copy()
+    for k in range(1, stretch):
+        wk = 1.0 - k / stretch
+        lo = [slice(None)] * a.ndim
+        hi = [slice(None)] * a.ndim
+        lo[axis], hi[axis] = slice(0, n - k), slice(k, n)
+        out[tuple(lo)] += wk * a[tuple(hi)]
+        out[tuple(hi)] += wk * a[tuple(lo)]
+    return out
+
+
+def _bilinear_general(src: Any, nodata: float, cmap: CoordMap, sx: float, sy: float) -> Any:
+    """Reprojected bilinear. With whole-number stretches (10 m -> 20 m: 2) the stretched tent equals a tent
+    prefilter on pixel centres followed by plain bilinear interpolation, exactly: the weighted sum is
+    piecewise linear between centres. So: two separable passes, then four gathers per pixel."""
+    xp = get_xp(src)
+    stretch = [1 if s >= DOWNSAMPLING else _integer_stretch(s) for s in (sx, sy)]
+    if stretch[0] is None or stretch[1] is None:  # other stretches: the taps one by one
+
+        def direct(r0: int, r1: int) -> tuple[Taps, Taps]:
+            xc, yc = cmap.centre_positions(xp, r0, r1)
+            return _kernel_taps(yc, sy, "bilinear", xp, "f4"), _kernel_taps(xc, sx, "bilinear", xp, "f4")
+
+        return _general_mean(src, nodata, cmap, direct, inside_test=True)
+    ft = _work_dtype(src.dtype, xp)
+    valid = valid_mask(src, nodata, xp)
+    all_valid = bool(valid.all())
+    data = (src if all_valid else xp.where(valid, src, 0)).astype(ft)
+    vy, vx = xp.ones(src.shape[0], dtype=ft), xp.ones(src.shape[1], dtype=ft)
+    vf = None if all_valid else valid.astype(ft)
+    for axis, s in ((1, stretch[0]), (0, stretch[1])):
+        if s is not None and s > 1:
+            data = _tent_prefilter(data, s, axis, xp)
+            if vf is not None:
+                vf = _tent_prefilter(vf, s, axis, xp)
+            elif axis == 1:
+                vx = _tent_prefilter(vx, s, 0, xp)
+            else:
+                vy = _tent_prefilter(vy, s, 0, xp)
+    h, w = cmap.shape_yx
+    pad = 3
+    data = _pad(data, pad, 0, xp)
+    vpad = _pad(vf, pad, 0, xp) if vf is not None else _padded_valid(valid, pad, ft, xp, (vy, vx))
+    out = xp.empty((h, w), dtype=src.dtype)
+    for r0, r1 in _row_blocks(h, w, xp):
+        xc, yc = cmap.centre_positions(xp, r0, r1, "f4")
+        y_taps, x_taps = _kernel_taps(yc, 1.0, "bilinear", xp, ft), _kernel_taps(xc, 1.0, "bilinear", xp, ft)
+        acc, wsum = _gather_mean(data, vpad, pad, y_taps, x_taps, xp)
+        block = _finish(acc, wsum, nodata, src.dtype, xp)
+        out[r0:r1] = xp.where(_inside(xc, yc, src.shape), block, _fill(nodata, src.dtype, xp))
+    return out
+
+
+def _interpolate(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any:
+    xp = get_xp(src)
+    sx, sy = cmap.scale(xp)
+    if cmap.separable:
+        xc, yc = cmap.centre_positions(xp)
+        y_taps, x_taps = _kernel_taps(yc[:, 0], sy, method, xp), _kernel_taps(xc[0], sx, method, xp)
+        out = _separable_mean(src, nodata, y_taps, x_taps, xp)
+        return xp.where(_inside(xc, yc, src.shape), out, _fill(nodata, src.dtype, xp))
+    if method == "bilinear":
+        return _bilinear_general(src, nodata, cmap, sx, sy)
+    ft = _work_dtype(src.dtype, xp)
+
+    def taps(r0: int, r1: int) -> tuple[Taps, Taps]:
+        xc, yc = cmap.centre_positions(xp, r0, r1, "f4")
+        return _kernel_taps(yc, sy, method, xp, ft), _kernel_taps(xc, sx, method, xp, ft)
+
+    return _general_mean(src, nodata, cmap, taps, inside_test=True)
+
+
+def resample_bilinear(src: Any, nodata: float, cmap: CoordMap) -> Any:
+    """Bilinear (tent) interpolation at destination centres, weights renormalised over valid pixels."""
+    return _interpolate(src, nodata, cmap, "bilinear")
+
+
+def resample_cubic(src: Any, nodata: float, cmap: CoordMap) -> Any:
+    """Cubic convolution (Keys, a = -0.5) at destination centres, weights renormalised over valid pixels."""
+    return _interpolate(src, nodata, cmap, "cubic")
+
+
+def _footprints(cmap: CoordMap, xp: Any, r0: int, r1: int) -> tuple[Any, Any, Any, Any]:
+    """(xlo, xhi, ylo, yhi) of destination rows ``r0 : r1``: GDAL's box from each pixel's top-left and
+    bottom-right corners."""
+    x, y = cmap.corner_positions(xp, r0, r1 + 1, "f8" if cmap.separable else "f4")
+    if cmap.separable:
+        return x[:, :-1], x[:, 1:], y[:-1, :], y[1:, :]
+    return x[:-1, :-1], x[1:, 1:], y[:-1, :-1], y[1:, 1:]
 
 
 def resample_average(src: Any, nodata: float, cmap: CoordMap) -> Any:
@@ -196,16 +397,19 @@ def resample_average(src: Any, nodata: float, cmap: CoordMap) -> Any:
     if fast is not None:
         return fast
     if cmap.separable:
-        xlo, xhi = cmap.xe[:-1][None, :], cmap.xe[1:][None, :]
-        ylo, yhi = cmap.ye[:-1][:, None], cmap.ye[1:][:, None]
-    else:  # GDAL: the box spanned by the top-left and bottom-right corners
-        xlo, xhi = cmap.X[:-1, :-1], cmap.X[1:, 1:]
-        ylo, yhi = cmap.Y[:-1, :-1], cmap.Y[1:, 1:]
-    xi, xw = _footprint_taps(xlo, xhi, w_s, xp)
-    yi, yw = _footprint_taps(ylo, yhi, h_s, xp)
-    return _weighted_mean(src, nodata, cmap.shape_yx, (yi, yw), (xi, xw), xp)
+        xlo, xhi, ylo, yhi = _footprints(cmap, xp, 0, cmap.shape_yx[0])
+        y_taps = _footprint_taps(ylo[:, 0], yhi[:, 0], h_s, xp)
+        x_taps = _footprint_taps(xlo[0], xhi[0], w_s, xp)
+        return _separable_mean(src, nodata, y_taps, x_taps, xp)
+
+    def taps(r0: int, r1: int) -> tuple[Taps, Taps]:
+        xlo, xhi, ylo, yhi = _footprints(cmap, xp, r0, r1)
+        return _footprint_taps(ylo, yhi, h_s, xp), _footprint_taps(xlo, xhi, w_s, xp)
+
+    return _general_mean(src, nodata, cmap, taps, inside_test=False)
 
 
+# -------------------------------------------------------------------------------- aligned block factors
 def block_factor(cmap: CoordMap, src_shape: tuple[int, int]) -> tuple[int, int, int] | None:
     """(factor, row0, col0) when the map is an aligned integer-factor reduction fully inside the source."""
     if not cmap.separable:
@@ -224,7 +428,7 @@ def block_factor(cmap: CoordMap, src_shape: tuple[int, int]) -> tuple[int, int, 
 
 
 def _block_reduce(src: Any, nodata: float, cmap: CoordMap, xp: Any) -> Any | None:
-    """Fast path: same CRS, integer factor, aligned edges, fully inside: a reshape-and-mean (f=1: a copy)."""
+    """Fast path: same CRS, integer factor, aligned edges, fully inside: strided sums (f=1: a copy)."""
     found = block_factor(cmap, src.shape)
     if found is None:
         return None
@@ -250,11 +454,124 @@ def _block_reduce(src: Any, nodata: float, cmap: CoordMap, xp: Any) -> Any | Non
     return _finish(acc.astype("f8"), count.astype("f8"), nodata, src.dtype, xp)
 
 
-RESAMPLERS = {"nearest": resample_nearest, "bilinear": resample_bilinear, "average": resample_average}
+# ------------------------------------------------------------------------------------ footprint statistics
+def _footprint_values(src: Any, nodata: float, cmap: CoordMap, xp: Any, r0: int, r1: int) -> Iterator[tuple[Any, Any]]:
+    """(values, usable) for each source pixel position under the footprints of rows ``r0 : r1``."""
+    h_s, w_s = src.shape
+    found = block_factor(cmap, src.shape)
+    if found is not None:  # aligned factor: strided views, no gathers
+        f, y0i, x0i = found
+        w = cmap.shape_yx[1]
+        block = src[y0i + r0 * f : y0i + r1 * f, x0i : x0i + w * f]
+        for dy in range(f):
+            for dx in range(f):
+                part = block[dy::f, dx::f]
+                yield part, valid_mask(part, nodata, xp)
+        return
+    xlo, xhi, ylo, yhi = _footprints(cmap, xp, r0, r1)
+    fy, wy = _footprint_taps(ylo, yhi, h_s, xp)
+    fx, wx = _footprint_taps(xlo, xhi, w_s, xp)
+    for dy, wyk in enumerate(wy):
+        iy = xp.clip(fy + dy, 0, h_s - 1)
+        for dx, wxk in enumerate(wx):
+            values = src[iy, xp.clip(fx + dx, 0, w_s - 1)]
+            yield values, valid_mask(values, nodata, xp) & (wyk > 0) & (wxk > 0)
+
+
+def _extreme(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any:
+    xp = get_xp(src)
+    h, w = cmap.shape_yx
+    kind = xp.dtype(src.dtype).kind
+    if kind == "f":
+        start = xp.asarray(xp.inf if method == "min" else -xp.inf, dtype=src.dtype)
+    else:
+        info = xp.iinfo(src.dtype)
+        start = xp.asarray(info.max if method == "min" else info.min, dtype=src.dtype)
+    pick = xp.minimum if method == "min" else xp.maximum
+    out = xp.empty((h, w), dtype=src.dtype)
+    for r0, r1 in _row_blocks(h, w, xp):
+        best = xp.full((r1 - r0, w), start, dtype=src.dtype)
+        seen = xp.zeros((r1 - r0, w), dtype=bool)
+        for values, usable in _footprint_values(src, nodata, cmap, xp, r0, r1):
+            best = pick(best, xp.where(usable, values, start))
+            seen |= usable
+        out[r0:r1] = xp.where(seen, best, _fill(nodata, src.dtype, xp))
+    return out
+
+
+def resample_min(src: Any, nodata: float, cmap: CoordMap) -> Any:
+    """Smallest valid source value under each footprint."""
+    return _extreme(src, nodata, cmap, "min")
+
+
+def resample_max(src: Any, nodata: float, cmap: CoordMap) -> Any:
+    """Largest valid source value under each footprint."""
+    return _extreme(src, nodata, cmap, "max")
+
+
+def _ranked(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any:
+    """Median or mode: the footprint's valid values sorted per pixel (invalid ones sorted last)."""
+    xp = get_xp(src)
+    h, w = cmap.shape_yx
+    last = xp.asarray(xp.inf if xp.dtype(src.dtype).kind == "f" else xp.iinfo(src.dtype).max, dtype=src.dtype)
+    out = xp.empty((h, w), dtype=src.dtype)
+    for r0, r1 in _row_blocks(h, w, xp):
+        cols, oks = [], []
+        for values, usable in _footprint_values(src, nodata, cmap, xp, r0, r1):
+            cols.append(xp.where(usable, values, last))
+            oks.append(usable)
+        stack = xp.stack(cols, axis=-1)  # in GDAL's scan order: rows, then columns
+        n_valid = xp.stack(oks, axis=-1).sum(axis=-1)
+        if method == "median":  # GDAL: the value at rank (n - 1) / 2 of the sorted valid values
+            stack = xp.sort(stack, axis=-1)
+            rank = (n_valid - 1) // 2
+        else:
+            stack, rank = _mode_rank(stack, n_valid, xp)
+        value = xp.take_along_axis(stack, xp.minimum(rank, stack.shape[-1] - 1)[..., None], axis=-1)[..., 0]
+        out[r0:r1] = xp.where(n_valid > 0, value, _fill(nodata, src.dtype, xp))
+    return out
+
+
+def _mode_rank(stack: Any, n_valid: Any, xp: Any) -> tuple[Any, Any]:
+    """GDAL's mode: counting in scan order, a value takes over only when its count passes the leader's,
+    so the winner is the value that first reaches the highest count. A stable sort keeps scan order
+    within equal values; a run's length at an element is that value's count when it was scanned."""
+    order = xp.argsort(stack, axis=-1, kind="stable")
+    ranked = xp.take_along_axis(stack, order, axis=-1)
+    k = ranked.shape[-1]
+    run = xp.ones(ranked.shape, dtype="i4")
+    for i in range(1, k):
+        run[..., i] = xp.where(ranked[..., i] == ranked[..., i - 1], run[..., i - 1] + 1, 1)
+    run = xp.where(xp.arange(k) < n_valid[..., None], run, 0)  # invalid values were sorted last
+    best = run.max(axis=-1)
+    first = xp.where(run == best[..., None], order, k)  # scan position where that count was reached
+    return ranked, xp.argmin(first, axis=-1)
+
+
+def resample_median(src: Any, nodata: float, cmap: CoordMap) -> Any:
+    """Median of the valid source values under each footprint."""
+    return _ranked(src, nodata, cmap, "median")
+
+
+def resample_mode(src: Any, nodata: float, cmap: CoordMap) -> Any:
+    """Most frequent valid source value under each footprint."""
+    return _ranked(src, nodata, cmap, "mode")
+
+
+RESAMPLERS: dict[str, Callable[[Any, float, CoordMap], Any]] = {
+    "nearest": resample_nearest,
+    "bilinear": resample_bilinear,
+    "cubic": resample_cubic,
+    "average": resample_average,
+    "mode": resample_mode,
+    "min": resample_min,
+    "max": resample_max,
+    "median": resample_median,
+}
 
 
 def resample(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any:
     """Resample ``src`` onto the destination described by ``cmap`` with ``method``."""
     if method not in RESAMPLERS:
-        raise ValueError(f"no array kernel for {method!r} yet; kernels: {', '.join(KERNEL_METHODS)}")
+        raise ValueError(f"no array kernel for {method!r}; kernels: {', '.join(KERNEL_METHODS)}")
     return RESAMPLERS[method](src, nodata, cmap)

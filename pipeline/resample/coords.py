@@ -1,0 +1,134 @@
+"""Where each destination pixel falls in the source window: the maps the kernels read.
+
+Source coordinates are continuous pixel units of the source window: pixel
+``i`` spans ``[i, i + 1)``, its centre is ``i + 0.5``. A :class:`CoordMap`
+comes in two forms:
+
+* separable (``xe``: w+1 column edges, ``ye``: h+1 row edges): same CRS, pure
+  scale and offset; no per-pixel transform at all;
+* lines: any reprojection. Every destination row is a run of straight
+  segments, exact at their ends and linear in between (GDAL's approximate
+  transformer, built outside with pyproj; see :mod:`pipeline.transform`). A
+  :class:`LineMap` holds the segments and :meth:`LineMap.positions`
+  interpolates them here, on whichever array module the kernel runs on.
+  Two lattices: pixel centres (nearest, bilinear, cubic) and pixel corners
+  (the footprint methods).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LineMap:
+    """Piecewise-linear rows: segment ``s`` covers lattice columns ``col[s] : col[s] + count[s]`` of its
+    row, and at column ``j`` its position is ``x0 + dx * (t0 + j - col)`` (``y`` likewise).
+
+    ``t0`` is the distance from the segment's anchor (where ``x0`` was transformed exactly) to its first
+    column here, a whole number kept as a float: a chunk cut from a longer row evaluates the very same
+    expression as the whole row would, so chunk-by-chunk equals whole, bit for bit.
+    """
+
+    shape: tuple[int, int]
+    row_ptr: Any
+    """(rows + 1,) segments of row ``r`` are ``row_ptr[r] : row_ptr[r + 1]``, in column order."""
+    col: Any
+    count: Any
+    t0: Any
+    x0: Any
+    dx: Any
+    y0: Any
+    dy: Any
+
+    def to(self, xp: Any) -> LineMap:
+        """The same map with its arrays on ``xp`` (e.g. CuPy)."""
+        return replace(self, **{f.name: xp.asarray(getattr(self, f.name)) for f in fields(self) if f.name != "shape"})
+
+    def one_per_row(self) -> bool:
+        return int(self.row_ptr.shape[0]) - 1 == int(self.count.shape[0])
+
+    def positions(self, xp: Any, r0: int = 0, r1: int | None = None, dtype: str = "f8") -> tuple[Any, Any]:
+        """Dense (r1 - r0, cols) source x and y of lattice rows ``r0 : r1`` (``dtype``: f8, or f4 where
+        a thousandth of a pixel does not matter)."""
+        rows, cols = self.shape
+        r1 = rows if r1 is None else r1
+        if self.one_per_row():  # one segment spanning every row: a rank-one expression, no gathers
+            t = self.t0[r0:r1, None].astype(dtype) + xp.arange(cols, dtype=dtype)[None, :]
+            x = self.x0[r0:r1, None].astype(dtype) + self.dx[r0:r1, None].astype(dtype) * t
+            t *= self.dy[r0:r1, None].astype(dtype)
+            t += self.y0[r0:r1, None].astype(dtype)
+            return x, t
+        s0, s1 = int(self.row_ptr[r0]), int(self.row_ptr[r1])
+        count = self.count[s0:s1]
+        seg = xp.repeat(xp.arange(s0, s1), count)
+        first = xp.cumsum(count) - count
+        t = (self.t0[seg] + (xp.arange(int(count.sum()), dtype="f8") - xp.repeat(first, count))).astype(dtype)
+        x = self.x0[seg].astype(dtype) + self.dx[seg].astype(dtype) * t
+        y = self.y0[seg].astype(dtype) + self.dy[seg].astype(dtype) * t
+        return x.reshape(r1 - r0, cols), y.reshape(r1 - r0, cols)
+
+
+@dataclass(frozen=True)
+class CoordMap:
+    """Destination pixels in source pixel coordinates."""
+
+    shape_yx: tuple[int, int]
+    xe: Any = None
+    """(w+1,) column edges, separable case."""
+    ye: Any = None
+    """(h+1,) row edges, separable case."""
+    centres: LineMap | None = None
+    """(h, w) lattice of pixel centres, general case."""
+    corners: LineMap | None = None
+    """(h+1, w+1) lattice of pixel corners, general case."""
+    scale_xy: tuple[float, float] | None = None
+    """Destination pixels per source pixel, when known from the grids themselves (the same for every
+    chunk, so kernels that stretch with it leave no seams); else estimated from this map."""
+
+    @property
+    def separable(self) -> bool:
+        return self.xe is not None
+
+    def to(self, xp: Any) -> CoordMap:
+        """The same map with its arrays on ``xp``."""
+        changes: dict[str, Any] = {
+            k: xp.asarray(getattr(self, k)) for k in ("xe", "ye") if getattr(self, k) is not None
+        }
+        for k in ("centres", "corners"):
+            if (lines := getattr(self, k)) is not None:
+                changes[k] = lines.to(xp)
+        return replace(self, **changes)
+
+    def centre_positions(self, xp: Any, r0: int = 0, r1: int | None = None, dtype: str = "f8") -> tuple[Any, Any]:
+        """Pixel-centre source coordinates of rows ``r0 : r1``, broadcastable to (rows, w)."""
+        r1 = self.shape_yx[0] if r1 is None else r1
+        if self.separable:
+            xc = (self.xe[:-1] + self.xe[1:]) / 2
+            yc = (self.ye[r0:r1] + self.ye[r0 + 1 : r1 + 1]) / 2
+            return xc[None, :], yc[:, None]
+        if self.centres is None:
+            raise ValueError("this map was built without pixel centres")
+        return self.centres.positions(xp, r0, r1, dtype)
+
+    def corner_positions(self, xp: Any, r0: int = 0, r1: int | None = None, dtype: str = "f8") -> tuple[Any, Any]:
+        """Pixel-corner source coordinates of corner rows ``r0 : r1``, broadcastable to (rows, w + 1)."""
+        r1 = self.shape_yx[0] + 1 if r1 is None else r1
+        if self.separable:
+            return self.xe[None, :], self.ye[r0:r1, None]
+        if self.corners is None:
+            raise ValueError("this map was built without pixel corners")
+        return self.corners.positions(xp, r0, r1, dtype)
+
+    def scale(self, xp: Any) -> tuple[float, float]:
+        """Destination pixels per source pixel along x and y (GDAL's XScale/YScale)."""
+        if self.scale_xy is not None:
+            return self.scale_xy
+        h, w = self.shape_yx
+        if self.separable:
+            return w / abs(float(self.xe[-1] - self.xe[0])), h / abs(float(self.ye[-1] - self.ye[0]))
+        x, y = self.centre_positions(xp) if self.centres is not None else self.corner_positions(xp)
+        dx = float(abs(x[:, -1] - x[:, 0]).mean()) / max(x.shape[1] - 1, 1)
+        dy = float(abs(y[-1, :] - y[0, :]).mean()) / max(y.shape[0] - 1, 1)
+        return 1.0 / max(dx, 1e-12), 1.0 / max(dy, 1e-12)
