@@ -36,7 +36,7 @@ EPS = 1e-10
 """GDAL's nudge before flooring a source coordinate."""
 DOWNSAMPLING = 0.95
 """Below this scale (destination pixels per source pixel) GDAL stretches the kernel over 1/scale pixels."""
-BLOCK_PX = 1 << 15
+BLOCK_PX = 1 << 16
 """Destination pixels per row block on the CPU: the intermediates stay in cache."""
 
 Taps = tuple[Any, list[Any]]
@@ -69,8 +69,10 @@ def _finish(acc: Any, wsum: Any, nodata: float, dtype: Any, xp: Any) -> Any:
     return xp.where(ok, value, _fill(nodata, dtype, xp)).astype(dtype)
 
 
-def _pad(a: Any, p: int, value: Any, xp: Any) -> Any:
-    out = xp.full((a.shape[0] + 2 * p, a.shape[1] + 2 * p), value, dtype=a.dtype)
+def _pad(a: Any, p: int, value: Any, xp: Any, dtype: Any = None) -> Any:
+    """``a`` in a frame of ``p`` pixels of ``value`` (cast to ``dtype`` on the way: one pass)."""
+    out = xp.empty((a.shape[0] + 2 * p, a.shape[1] + 2 * p), dtype=dtype or a.dtype)
+    out[:p], out[-p:], out[:, :p], out[:, -p:] = value, value, value, value
     out[p : p + a.shape[0], p : p + a.shape[1]] = a
     return out
 
@@ -142,19 +144,19 @@ def _integer_stretch(scale: float) -> int | None:
     return round(r) if abs(r - round(r)) < 1e-9 and round(r) >= 1 else None
 
 
-def _footprint_taps(lo: Any, hi: Any, n_src: int, xp: Any) -> Taps:
-    """Source pixels overlapping [lo, hi) and the length of each overlap (GDAL's average weights)."""
+def _footprint_taps(lo: Any, hi: Any, xp: Any) -> Taps:
+    """Source pixels under [lo, hi) and the length of each overlap (GDAL's average weights).
+
+    With ``u`` the footprint's end measured from its first pixel's left edge, tap ``k >= 1`` overlaps
+    ``clip(u - k, 0, 1)`` and the first ``min(u, 1)`` less the part left of the footprint. Taps past
+    the source's edges read the zero padding of the gathers, so no clipping here.
+    """
     a, b = xp.minimum(lo, hi), xp.maximum(lo, hi)
-    i0 = xp.clip(xp.floor(a + EPS), 0, n_src).astype(xp.int64)
-    i1 = xp.clip(xp.ceil(b - EPS), 0, n_src).astype(xp.int64)
-    i1 = xp.where((i0 == i1) & (i1 < n_src), i1 + 1, i1)  # GDAL: at least one pixel when inside
-    k_max = int((i1 - i0).max()) if i1.size else 0
-    wts = []
-    for k in range(k_max):
-        i = i0 + k
-        w = xp.clip(xp.minimum(i + 1.0, b) - xp.maximum(i * 1.0, a), 0.0, 1.0)
-        wts.append(xp.where(i < i1, w, 0.0))
-    return i0, wts
+    first = xp.floor(a + EPS)
+    u = b - first
+    w0 = xp.minimum(u, 1.0) - (a - first)
+    k_max = max(1, int(math.ceil(float(u.max()) - EPS))) if u.size else 1
+    return first.astype(xp.int64), [w0] + [xp.clip(u - k, 0.0, 1.0) for k in range(1, k_max)]
 
 
 # ---------------------------------------------------------------------------------------------- nearest
@@ -181,7 +183,7 @@ def resample_nearest(src: Any, nodata: float, cmap: CoordMap) -> Any:
         xp.clip(y, 0, h_s + 1, out=y)
         y *= w_s + 2
         y += x
-        out[r0:r1] = flat[y.astype(xp.int64)]
+        out[r0:r1] = xp.take(flat, y.astype(xp.int64))
     return out
 
 
@@ -201,7 +203,7 @@ def _separable_mean(src: Any, nodata: float, y_taps: Taps, x_taps: Taps, xp: Any
         for k, wk in enumerate(wts):
             i = first + k
             ok = (i >= 0) & (i < w_s)
-            t += a[:, xp.clip(i, 0, w_s - 1)] * xp.where(ok, wk, 0.0).astype(ft)[None, :]
+            t += xp.take(a, xp.clip(i, 0, w_s - 1), axis=1) * xp.where(ok, wk, 0.0).astype(ft)[None, :]
         return t
 
     def along_y(t: Any) -> Any:
@@ -210,7 +212,7 @@ def _separable_mean(src: Any, nodata: float, y_taps: Taps, x_taps: Taps, xp: Any
         for k, wk in enumerate(wts):
             i = first + k
             ok = (i >= 0) & (i < h_s)
-            acc += t[xp.clip(i, 0, h_s - 1), :] * xp.where(ok, wk, 0.0).astype(ft)[:, None]
+            acc += xp.take(t, xp.clip(i, 0, h_s - 1), axis=0) * xp.where(ok, wk, 0.0).astype(ft)[:, None]
         return acc
 
     def weight_sum(taps: Taps, n: int) -> Any:
@@ -245,19 +247,30 @@ def _gather_mean(data: Any, valid: Any, pad: int, y_taps: Taps, x_taps: Taps, xp
         row = xp.zeros(base.shape, dtype=data.dtype)
         rowv = None if separable else xp.zeros(base.shape, dtype=data.dtype)
         for kx, wxk in enumerate(wx):
-            idx = base + (ky * wp + kx)
-            row += wxk * flat[idx]
+            off = ky * wp + kx  # an offset view instead of an index sum per tap
+            row += wxk * xp.take(flat[off:], base)
             if rowv is not None:
-                rowv += wxk * vflat[idx]
+                rowv += wxk * xp.take(vflat[off:], base)
         acc += wyk * row
         if rowv is not None:
             wsum += wyk * rowv
     if separable:
         vy, vx = valid
-        sy = sum(wyk * vy[iy + k] for k, wyk in enumerate(wy))
-        sx = sum(wxk * vx[ix + k] for k, wxk in enumerate(wx))
+        sy, sx = _profile_sum(vy, iy, wy, pad, xp), _profile_sum(vx, ix, wx, pad, xp)
         wsum = sy * sx
     return acc, wsum
+
+
+def _profile_sum(profile: Any, first: Any, wts: list[Any], pad: int, xp: Any) -> Any:
+    """Σ_k w_k · profile[first + k]; just c · Σ_k w_k when the profile is c wherever the taps land."""
+    n = len(profile) - 2 * pad
+    lo, hi = int(first.min()) - pad, int(first.max()) - pad + len(wts)
+    if lo >= 0 and hi <= n:
+        seen = profile[pad + lo : pad + hi]
+        c = float(seen[0])
+        if bool((seen == c).all()):  # flat where the taps land (no nodata, no edge): no gathers
+            return sum(wts[1:], wts[0].copy()) * c
+    return sum(wk * xp.take(profile[k:], first) for k, wk in enumerate(wts))
 
 
 def _padded_valid(valid: Any, pad: int, ft: str, xp: Any, profiles: tuple[Any, Any] | None = None) -> Any:
@@ -277,7 +290,7 @@ def _general_mean(src: Any, nodata: float, cmap: CoordMap, taps_for: Callable[[i
     h, w = cmap.shape_yx
     ft = _work_dtype(src.dtype, xp)
     valid = valid_mask(src, nodata, xp)
-    data0 = xp.where(valid, src, 0).astype(ft)
+    data0 = src if bool(valid.all()) else xp.where(valid, src, 0)
     pad, data, vpad = -1, None, None
     out = xp.empty((h, w), dtype=src.dtype)
     for r0, r1 in _row_blocks(h, w, xp):
@@ -285,7 +298,7 @@ def _general_mean(src: Any, nodata: float, cmap: CoordMap, taps_for: Callable[[i
         need = max(len(y_taps[1]), len(x_taps[1])) + 1
         if need > pad:  # zeros outside: taps off the source weigh nothing
             pad = max(need, 2 * pad)
-            data, vpad = _pad(data0, pad, 0, xp), _padded_valid(valid, pad, ft, xp)
+            data, vpad = _pad(data0, pad, 0, xp, ft), _padded_valid(valid, pad, ft, xp)
         acc, wsum = _gather_mean(data, vpad, pad, y_taps, x_taps, xp)
         block = _finish(acc, wsum, nodata, src.dtype, xp)
         if inside_test:
@@ -398,13 +411,13 @@ def resample_average(src: Any, nodata: float, cmap: CoordMap) -> Any:
         return fast
     if cmap.separable:
         xlo, xhi, ylo, yhi = _footprints(cmap, xp, 0, cmap.shape_yx[0])
-        y_taps = _footprint_taps(ylo[:, 0], yhi[:, 0], h_s, xp)
-        x_taps = _footprint_taps(xlo[0], xhi[0], w_s, xp)
+        y_taps = _footprint_taps(ylo[:, 0], yhi[:, 0], xp)
+        x_taps = _footprint_taps(xlo[0], xhi[0], xp)
         return _separable_mean(src, nodata, y_taps, x_taps, xp)
 
     def taps(r0: int, r1: int) -> tuple[Taps, Taps]:
         xlo, xhi, ylo, yhi = _footprints(cmap, xp, r0, r1)
-        return _footprint_taps(ylo, yhi, h_s, xp), _footprint_taps(xlo, xhi, w_s, xp)
+        return _footprint_taps(ylo, yhi, xp), _footprint_taps(xlo, xhi, xp)
 
     return _general_mean(src, nodata, cmap, taps, inside_test=False)
 
@@ -455,47 +468,85 @@ def _block_reduce(src: Any, nodata: float, cmap: CoordMap, xp: Any) -> Any | Non
 
 
 # ------------------------------------------------------------------------------------ footprint statistics
-def _footprint_values(src: Any, nodata: float, cmap: CoordMap, xp: Any, r0: int, r1: int) -> Iterator[tuple[Any, Any]]:
-    """(values, usable) for each source pixel position under the footprints of rows ``r0 : r1``."""
+def _stat_dtype(dtype: Any, xp: Any) -> Any:
+    """Room for a sentinel no pixel can hold: int32 for 8/16-bit integers."""
+    d = xp.dtype(dtype)
+    return xp.dtype("i4") if d.kind in "iu" and d.itemsize <= 2 else d
+
+
+def _sentinel(dtype: Any, high: bool, xp: Any) -> Any:
+    d = xp.dtype(dtype)
+    if d.kind == "f":
+        return xp.asarray(xp.inf if high else -xp.inf, dtype=d)
+    return xp.asarray(xp.iinfo(d).max if high else xp.iinfo(d).min, dtype=d)
+
+
+class _Marked:
+    """The source with nodata replaced by a sentinel, padded with it on demand (kept across row blocks)."""
+
+    def __init__(self, src: Any, nodata: float, sentinel: Any, xp: Any) -> None:
+        self.src, self.sentinel, self.xp = src, sentinel, xp
+        self.valid = valid_mask(src, nodata, xp)
+        self.pad, self.flat = -1, None
+
+    def padded(self, pad: int) -> tuple[Any, int]:
+        if pad > self.pad:
+            xp = self.xp
+            self.pad = max(pad, 2 * self.pad)
+            marked = xp.where(self.valid, self.src.astype(self.sentinel.dtype), self.sentinel)
+            self.flat = _pad(marked, self.pad, self.sentinel, xp).ravel()
+        return self.flat, self.pad
+
+
+def _footprint_values(marked: _Marked, cmap: CoordMap, r0: int, r1: int, repeats_ok: bool) -> Iterator[Any]:
+    """The values under the footprints of rows ``r0 : r1``, one array per tap; the sentinel where a tap
+    is nodata, off the source or outside the footprint. ``repeats_ok`` (min, max): taps past a
+    footprint's end repeat its last pixel instead, which needs no mask."""
+    src, valid, sentinel, xp = marked.src, marked.valid, marked.sentinel, marked.xp
     h_s, w_s = src.shape
     found = block_factor(cmap, src.shape)
     if found is not None:  # aligned factor: strided views, no gathers
         f, y0i, x0i = found
         w = cmap.shape_yx[1]
-        block = src[y0i + r0 * f : y0i + r1 * f, x0i : x0i + w * f]
+        rows = slice(y0i + r0 * f, y0i + r1 * f)
+        block, ok = src[rows, x0i : x0i + w * f], valid[rows, x0i : x0i + w * f]
         for dy in range(f):
             for dx in range(f):
-                part = block[dy::f, dx::f]
-                yield part, valid_mask(part, nodata, xp)
+                yield xp.where(ok[dy::f, dx::f], block[dy::f, dx::f].astype(sentinel.dtype), sentinel)
         return
     xlo, xhi, ylo, yhi = _footprints(cmap, xp, r0, r1)
-    fy, wy = _footprint_taps(ylo, yhi, h_s, xp)
-    fx, wx = _footprint_taps(xlo, xhi, w_s, xp)
-    for dy, wyk in enumerate(wy):
-        iy = xp.clip(fy + dy, 0, h_s - 1)
-        for dx, wxk in enumerate(wx):
-            values = src[iy, xp.clip(fx + dx, 0, w_s - 1)]
-            yield values, valid_mask(values, nodata, xp) & (wyk > 0) & (wxk > 0)
+    (fy, wy), (fx, wx) = _footprint_taps(ylo, yhi, xp), _footprint_taps(xlo, xhi, xp)
+    flat, pad = marked.padded(max(len(wy), len(wx)) + 1)
+    wp = w_s + 2 * pad
+    iy = xp.clip(fy, -len(wy), h_s) + pad
+    ix = xp.clip(fx, -len(wx), w_s) + pad
+    if repeats_ok:  # the last tap inside the footprint, repeated: min and max do not mind
+        ny = xp.maximum(sum((wk > 0).astype("i8") for wk in wy[1:]), 0)
+        nx = xp.maximum(sum((wk > 0).astype("i8") for wk in wx[1:]), 0)
+        rows_k = [(iy + xp.minimum(k, ny)) * wp for k in range(len(wy))]
+        cols_k = [ix + xp.minimum(k, nx) for k in range(len(wx))]
+        for rk in rows_k:
+            for ck in cols_k:
+                yield xp.take(flat, rk + ck)
+        return
+    base = iy * wp + ix
+    for ky, wyk in enumerate(wy):
+        for kx, wxk in enumerate(wx):
+            yield xp.where((wyk > 0) & (wxk > 0), xp.take(flat[ky * wp + kx :], base), sentinel)
 
 
 def _extreme(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any:
     xp = get_xp(src)
     h, w = cmap.shape_yx
-    kind = xp.dtype(src.dtype).kind
-    if kind == "f":
-        start = xp.asarray(xp.inf if method == "min" else -xp.inf, dtype=src.dtype)
-    else:
-        info = xp.iinfo(src.dtype)
-        start = xp.asarray(info.max if method == "min" else info.min, dtype=src.dtype)
+    sentinel = _sentinel(_stat_dtype(src.dtype, xp), method == "min", xp)
     pick = xp.minimum if method == "min" else xp.maximum
     out = xp.empty((h, w), dtype=src.dtype)
+    marked = _Marked(src, nodata, sentinel, xp)
     for r0, r1 in _row_blocks(h, w, xp):
-        best = xp.full((r1 - r0, w), start, dtype=src.dtype)
-        seen = xp.zeros((r1 - r0, w), dtype=bool)
-        for values, usable in _footprint_values(src, nodata, cmap, xp, r0, r1):
-            best = pick(best, xp.where(usable, values, start))
-            seen |= usable
-        out[r0:r1] = xp.where(seen, best, _fill(nodata, src.dtype, xp))
+        best = None
+        for values in _footprint_values(marked, cmap, r0, r1, repeats_ok=True):
+            best = values if best is None else pick(best, values, out=best if best is not values else None)
+        out[r0:r1] = xp.where(best == sentinel, _fill(nodata, src.dtype, xp), best).astype(src.dtype)
     return out
 
 
@@ -510,25 +561,22 @@ def resample_max(src: Any, nodata: float, cmap: CoordMap) -> Any:
 
 
 def _ranked(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any:
-    """Median or mode: the footprint's valid values sorted per pixel (invalid ones sorted last)."""
+    """Median or mode of the footprint's valid values (invalid ones carry a sentinel that sorts last)."""
     xp = get_xp(src)
     h, w = cmap.shape_yx
-    last = xp.asarray(xp.inf if xp.dtype(src.dtype).kind == "f" else xp.iinfo(src.dtype).max, dtype=src.dtype)
+    last = _sentinel(_stat_dtype(src.dtype, xp), True, xp)
     out = xp.empty((h, w), dtype=src.dtype)
+    marked = _Marked(src, nodata, last, xp)
     for r0, r1 in _row_blocks(h, w, xp):
-        cols, oks = [], []
-        for values, usable in _footprint_values(src, nodata, cmap, xp, r0, r1):
-            cols.append(xp.where(usable, values, last))
-            oks.append(usable)
-        stack = xp.stack(cols, axis=-1)  # in GDAL's scan order: rows, then columns
-        n_valid = xp.stack(oks, axis=-1).sum(axis=-1)
+        stack = xp.stack(list(_footprint_values(marked, cmap, r0, r1, repeats_ok=False)), axis=-1)
+        n_valid = (stack != last).sum(axis=-1)  # in GDAL's scan order: rows, then columns
         if method == "median":  # GDAL: the value at rank (n - 1) / 2 of the sorted valid values
             stack = xp.sort(stack, axis=-1)
             rank = (n_valid - 1) // 2
         else:
             stack, rank = _mode_rank(stack, n_valid, xp)
-        value = xp.take_along_axis(stack, xp.minimum(rank, stack.shape[-1] - 1)[..., None], axis=-1)[..., 0]
-        out[r0:r1] = xp.where(n_valid > 0, value, _fill(nodata, src.dtype, xp))
+        value = xp.take_along_axis(stack, xp.maximum(rank, 0)[..., None], axis=-1)[..., 0]
+        out[r0:r1] = xp.where(n_valid > 0, value, _fill(nodata, src.dtype, xp)).astype(src.dtype)
     return out
 
 
