@@ -60,14 +60,24 @@ class LineMap:
             t *= self.dy[r0:r1, None].astype(dtype)
             t += self.y0[r0:r1, None].astype(dtype)
             return x, t
+        # Rows split into segments: rows that share a column range are filled together, one
+        # rank-one expression per distinct range (few: the splits halve the same row lengths).
         s0, s1 = int(self.row_ptr[r0]), int(self.row_ptr[r1])
-        count = self.count[s0:s1]
-        seg = xp.repeat(xp.arange(s0, s1), count)
-        first = xp.cumsum(count) - count
-        t = (self.t0[seg] + (xp.arange(int(count.sum()), dtype="f8") - xp.repeat(first, count))).astype(dtype)
-        x = self.x0[seg].astype(dtype) + self.dx[seg].astype(dtype) * t
-        y = self.y0[seg].astype(dtype) + self.dy[seg].astype(dtype) * t
-        return x.reshape(r1 - r0, cols), y.reshape(r1 - r0, cols)
+        seg_row = xp.repeat(xp.arange(r1 - r0), xp.diff(self.row_ptr[r0 : r1 + 1]))
+        col, count = self.col[s0:s1], self.count[s0:s1]
+        key = col * (cols + 1) + count
+        x = xp.empty((r1 - r0, cols), dtype=dtype)
+        y = xp.empty((r1 - r0, cols), dtype=dtype)
+        for k in xp.unique(key).tolist():
+            sel = xp.nonzero(key == k)[0]
+            c0, n = divmod(int(k), cols + 1)
+            rr: Any = slice(None) if len(sel) == r1 - r0 else seg_row[sel]  # usually every row: a slice
+            t = self.t0[s0 + sel, None].astype(dtype) + xp.arange(n, dtype=dtype)[None, :]
+            x[rr, c0 : c0 + n] = self.x0[s0 + sel, None].astype(dtype) + self.dx[s0 + sel, None].astype(dtype) * t
+            t *= self.dy[s0 + sel, None].astype(dtype)
+            t += self.y0[s0 + sel, None].astype(dtype)
+            y[rr, c0 : c0 + n] = t
+        return x, y
 
 
 @dataclass(frozen=True)

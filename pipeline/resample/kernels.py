@@ -171,19 +171,27 @@ def resample_nearest(src: Any, nodata: float, cmap: CoordMap) -> Any:
         ix, iy = xp.floor(xc[0] + EPS).astype(xp.int64), xp.floor(yc[:, 0] + EPS).astype(xp.int64)
         out = src[xp.clip(iy, 0, h_s - 1)[:, None], xp.clip(ix, 0, w_s - 1)[None, :]]
         return xp.where(((iy >= 0) & (iy < h_s))[:, None] & ((ix >= 0) & (ix < w_s))[None, :], out, fill)
-    flat = _pad(src, 1, fill, xp).ravel()  # a one-pixel frame of nodata: no inside test per pixel
+    flat, framed = src.ravel(), None
     out = xp.empty((h, w), dtype=src.dtype)
     for r0, r1 in _row_blocks(h, w, xp):
         x, y = cmap.centre_positions(xp, r0, r1)
-        x += 1.0 + EPS
-        y += 1.0 + EPS
+        x += EPS
+        y += EPS
         xp.floor(x, out=x)
         xp.floor(y, out=y)
-        xp.clip(x, 0, w_s + 1, out=x)
-        xp.clip(y, 0, h_s + 1, out=y)
+        if float(x.min()) >= 0 and float(x.max()) < w_s and float(y.min()) >= 0 and float(y.max()) < h_s:
+            y *= w_s  # the whole block lands inside the source: a plain gather
+            y += x
+            out[r0:r1] = xp.take(flat, y.astype(xp.int64))
+            continue
+        if framed is None:  # a one-pixel frame of nodata: positions off the source clip onto it
+            framed = _pad(src, 1, fill, xp).ravel()
+        xp.clip(x, -1, w_s, out=x)
+        xp.clip(y, -1, h_s, out=y)
+        y += 1
         y *= w_s + 2
         y += x
-        out[r0:r1] = xp.take(flat, y.astype(xp.int64))
+        out[r0:r1] = xp.take(framed, y.astype(xp.int64) + 1)
     return out
 
 
