@@ -126,9 +126,9 @@ class Config:
     execution: ExecutionConfig
     report_path: str
     source: str | None = field(default=None, compare=False)
+    """The config file this came from, for messages."""
     resampling_engine: str = "auto"
     """auto / kernels: the project's array kernels (every method); gdal: GDAL's warper, for comparison."""
-    """The config file this came from, for messages."""
 
     def output_settings(self) -> dict[str, Any]:
         """Every setting that changes the cube's bytes (not how it is computed), flat and dotted."""
