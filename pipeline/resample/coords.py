@@ -17,8 +17,10 @@ comes in two forms:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,8 @@ class LineMap:
 
     shape: tuple[int, int]
     row_ptr: Any
-    """(rows + 1,) segments of row ``r`` are ``row_ptr[r] : row_ptr[r + 1]``, in column order."""
+    """(rows + 1,) segments of row ``r`` are ``row_ptr[r] : row_ptr[r + 1]``, in column order. The
+    layout (``row_ptr``, ``col``, ``count``) is NumPy, on the host, whatever the positions are on."""
     col: Any
     count: Any
     t0: Any
@@ -43,8 +46,8 @@ class LineMap:
     dy: Any
 
     def to(self, xp: Any) -> LineMap:
-        """The same map with its arrays on ``xp`` (e.g. CuPy)."""
-        return replace(self, **{f.name: xp.asarray(getattr(self, f.name)) for f in fields(self) if f.name != "shape"})
+        """The same map with its positions on ``xp`` (e.g. CuPy); the segment layout stays on the host."""
+        return replace(self, **{k: xp.asarray(getattr(self, k)) for k in ("t0", "x0", "dx", "y0", "dy")})
 
     def one_per_row(self) -> bool:
         return int(self.row_ptr.shape[0]) - 1 == int(self.count.shape[0])
@@ -63,19 +66,19 @@ class LineMap:
         # Rows split into segments: rows that share a column range are filled together, one
         # rank-one expression per distinct range (few: the splits halve the same row lengths).
         s0, s1 = int(self.row_ptr[r0]), int(self.row_ptr[r1])
-        seg_row = xp.repeat(xp.arange(r1 - r0), xp.diff(self.row_ptr[r0 : r1 + 1]))
-        col, count = self.col[s0:s1], self.count[s0:s1]
-        key = col * (cols + 1) + count
+        seg_row = np.repeat(np.arange(r1 - r0), np.diff(self.row_ptr[r0 : r1 + 1]))
+        key = self.col[s0:s1] * (cols + 1) + self.count[s0:s1]
         x = xp.empty((r1 - r0, cols), dtype=dtype)
         y = xp.empty((r1 - r0, cols), dtype=dtype)
-        for k in xp.unique(key).tolist():
-            sel = xp.nonzero(key == k)[0]
+        for k in np.unique(key).tolist():
+            sel = np.nonzero(key == k)[0]
             c0, n = divmod(int(k), cols + 1)
-            rr: Any = slice(None) if len(sel) == r1 - r0 else seg_row[sel]  # usually every row: a slice
-            t = self.t0[s0 + sel, None].astype(dtype) + xp.arange(n, dtype=dtype)[None, :]
-            x[rr, c0 : c0 + n] = self.x0[s0 + sel, None].astype(dtype) + self.dx[s0 + sel, None].astype(dtype) * t
-            t *= self.dy[s0 + sel, None].astype(dtype)
-            t += self.y0[s0 + sel, None].astype(dtype)
+            rr: Any = slice(None) if len(sel) == r1 - r0 else xp.asarray(seg_row[sel])  # usually every row
+            idx = xp.asarray(s0 + sel)
+            t = self.t0[idx, None].astype(dtype) + xp.arange(n, dtype=dtype)[None, :]
+            x[rr, c0 : c0 + n] = self.x0[idx, None].astype(dtype) + self.dx[idx, None].astype(dtype) * t
+            t *= self.dy[idx, None].astype(dtype)
+            t += self.y0[idx, None].astype(dtype)
             y[rr, c0 : c0 + n] = t
         return x, y
 

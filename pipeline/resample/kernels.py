@@ -591,8 +591,9 @@ def _ranked(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any:
 def _mode_rank(stack: Any, n_valid: Any, xp: Any) -> tuple[Any, Any]:
     """GDAL's mode: counting in scan order, a value takes over only when its count passes the leader's,
     so the winner is the value that first reaches the highest count. A stable sort keeps scan order
-    within equal values; a run's length at an element is that value's count when it was scanned."""
-    order = xp.argsort(stack, axis=-1, kind="stable")
+    within equal values (CuPy's sorts are always stable); a run's length at an element is that value's
+    count when it was scanned."""
+    order = xp.argsort(stack, axis=-1, kind="stable") if xp.__name__ == "numpy" else xp.argsort(stack, axis=-1)
     ranked = xp.take_along_axis(stack, order, axis=-1)
     k = ranked.shape[-1]
     run = xp.ones(ranked.shape, dtype="i4")
