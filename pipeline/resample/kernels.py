@@ -156,7 +156,13 @@ def _footprint_taps(lo: Any, hi: Any, xp: Any) -> Taps:
     u = b - first
     w0 = xp.minimum(u, 1.0) - (a - first)
     k_max = max(1, int(math.ceil(float(u.max()) - EPS))) if u.size else 1
-    return first.astype(xp.int64), [w0] + [xp.clip(u - k, 0.0, 1.0) for k in range(1, k_max)]
+    wts = [w0]
+    for k in range(1, k_max):
+        w = u - k
+        xp.maximum(w, 0.0, out=w)
+        xp.minimum(w, 1.0, out=w)
+        wts.append(w)
+    return first.astype(xp.int64), wts
 
 
 # ---------------------------------------------------------------------------------------------- nearest
@@ -501,8 +507,11 @@ class _Marked:
         if pad > self.pad:
             xp = self.xp
             self.pad = max(pad, 2 * self.pad)
-            marked = xp.where(self.valid, self.src.astype(self.sentinel.dtype), self.sentinel)
-            self.flat = _pad(marked, self.pad, self.sentinel, xp).ravel()
+            framed = _pad(self.src, self.pad, self.sentinel, xp, self.sentinel.dtype)  # cast and frame: one pass
+            if not bool(self.valid.all()):
+                inner = framed[self.pad : framed.shape[0] - self.pad, self.pad : framed.shape[1] - self.pad]
+                inner[~self.valid] = self.sentinel
+            self.flat = framed.ravel()
         return self.flat, self.pad
 
 
