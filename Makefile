@@ -29,12 +29,13 @@ browser:  # headless Chromium for the HTML report test (Debian's package; skippe
 demo: $(STAMP)  ## the case study at fixture scale: fixtures, run, breakdown, projection
 	$(BIN)/pipeline demo
 
-bench: $(STAMP) fixtures  ## case study: 1 vs 2 workers, against odc-stac and gdalwarp; plan time/memory at scale
+bench: $(STAMP) fixtures  ## case study: 1 vs 2 workers, against odc-stac and gdalwarp, the decode+encode floor; plan scale
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	@command -v gdalwarp >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq >/dev/null 2>&1 && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gdal-bin >/dev/null 2>&1; }
 	$(BIN)/python bench/run_bench.py
 	$(BIN)/python -W ignore bench/peers.py
+	$(BIN)/python -W ignore bench/floor.py
 	$(BIN)/python bench/plan_scale.py
 
 bench-kernels: $(STAMP)  ## array kernels vs GDAL's warper, Mpx/s per method, one core

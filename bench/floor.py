@@ -1,0 +1,89 @@
+"""The floor for the case study on this machine: decode every needed input byte, encode the output.
+
+Decode: each (file, overview level) the plan reads, read whole once with rasterio (the union of a
+tile's windows is about the whole tile at that level). Encode: every chunk of the pipeline's own
+output cube (``out/peers/pipeline.zarr`` from ``bench/peers.py``, else a fresh run), compressed with
+the store's codec (ZSTD 3). One process, one core, each step timed; the floor on N cores is the sum
+divided by N. Prints it against the pipeline's median wall time from ``bench/results/peers.json``
+when that exists. Writes ``bench/results/floor.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+CONFIG = os.path.join(ROOT, "configs", "casestudy.yaml")
+CUBE = os.path.join(ROOT, "out", "peers", "pipeline.zarr")
+
+
+def decode_seconds() -> tuple[float, int, int]:
+    import rasterio
+
+    from pipeline.config import load_config
+    from pipeline.execute import plan_run
+
+    _, plan = plan_run(load_config(CONFIG))
+    reads = {(w.path, w.overview_level) for p in plan.partitions for j in p.jobs for w in j.sources}
+    t = time.perf_counter()
+    nbytes = 0
+    for path, level in sorted(reads):
+        with rasterio.open(path, **({} if level < 0 else {"overview_level": level})) as ds:
+            nbytes += ds.read(1).nbytes
+    return time.perf_counter() - t, nbytes, len(reads)
+
+
+def encode_seconds() -> tuple[float, int, int]:
+    import numcodecs
+    import xarray as xr
+
+    if not os.path.isdir(CUBE):
+        subprocess.run([sys.executable, "-m", "pipeline", "run", CONFIG, "-q", "--overwrite", "--set",
+                        f"output.path={CUBE}"], check=True, cwd=ROOT)  # fmt: skip
+    ds = xr.open_zarr(CUBE, mask_and_scale=False)
+    codec = numcodecs.Zstd(level=3)
+    chunks = []
+    for band in ds.data_vars:
+        data = ds[band].values
+        _, ch, cw = ds[band].encoding.get("chunks", (1, 512, 512))
+        for t in range(data.shape[0]):
+            for r in range(0, data.shape[1], ch):
+                for c in range(0, data.shape[2], cw):
+                    chunks.append(np.ascontiguousarray(data[t, r : r + ch, c : c + cw]))
+    t0 = time.perf_counter()
+    stored = sum(len(codec.encode(a)) for a in chunks)
+    return time.perf_counter() - t0, sum(a.nbytes for a in chunks), stored
+
+
+def main() -> None:
+    cores = int(os.environ.get("BENCH_CORES", "2"))
+    dec_s, dec_bytes, n_reads = decode_seconds()
+    enc_s, raw, stored = encode_seconds()
+    floor = (dec_s + enc_s) / cores
+    result = {"decode_s": dec_s, "decoded_mb": dec_bytes / 1e6, "reads": n_reads, "encode_s": enc_s,
+              "output_raw_mb": raw / 1e6, "output_stored_mb": stored / 1e6, "cores": cores,
+              "floor_s": floor}  # fmt: skip
+    print(f"decode {n_reads} (file, level) reads, {dec_bytes / 1e6:.1f} MB: {dec_s:.2f} s on one core")
+    print(f"encode {raw / 1e6:.1f} MB of chunks to {stored / 1e6:.1f} MB (ZSTD 3): {enc_s:.2f} s on one core")
+    print(f"floor on {cores} cores: {floor:.2f} s")
+    peers = os.path.join(ROOT, "bench", "results", "peers.json")
+    if os.path.exists(peers):
+        with open(peers) as f:
+            med = json.load(f)["medians"]
+        result["pipeline_s"] = med["pipeline"]
+        print(f"pipeline median {med['pipeline']:.2f} s = {med['pipeline'] / floor:.1f}x the floor; "
+              f"gdalwarp {med['gdalwarp']:.2f} s = {med['gdalwarp'] / floor:.1f}x")  # fmt: skip
+    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
+    with open(os.path.join(ROOT, "bench", "results", "floor.json"), "w") as f:
+        json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
