@@ -389,14 +389,18 @@ def _bilinear_general(src: Any, nodata: float, cmap: CoordMap, sx: float, sy: fl
             else:
                 vy = _tent_prefilter(vy, s, 0, xp)
     h, w = cmap.shape_yx
-    pad = 3
-    data = _pad(data, pad, 0, xp)
-    vpad = _pad(vf, pad, 0, xp) if vf is not None else _padded_valid(valid, pad, ft, xp, (vy, vx))
+    pad, padded, vpad = 3, None, None
     out = xp.empty((h, w), dtype=src.dtype)
     for r0, r1 in _row_blocks(h, w, xp):
         xc, yc = cmap.centre_positions(xp, r0, r1, "f4")
         y_taps, x_taps = _kernel_taps(yc, 1.0, "bilinear", xp, ft), _kernel_taps(xc, 1.0, "bilinear", xp, ft)
-        acc, wsum = _gather_mean(data, vpad, pad, y_taps, x_taps, ft, xp)
+        if _lands_inside(y_taps, src.shape[0]) and _lands_inside(x_taps, src.shape[1]):
+            acc, wsum = _gather_mean(data, vf if vf is not None else (vy, vx), 0, y_taps, x_taps, ft, xp)
+        else:
+            if padded is None:  # edge blocks only: zeros outside, taps off the source weigh nothing
+                padded = _pad(data, pad, 0, xp)
+                vpad = _pad(vf, pad, 0, xp) if vf is not None else _padded_valid(valid, pad, ft, xp, (vy, vx))
+            acc, wsum = _gather_mean(padded, vpad, pad, y_taps, x_taps, ft, xp)
         block = _finish(acc, wsum, nodata, src.dtype, xp)
         out[r0:r1] = xp.where(_inside(xc, yc, src.shape), block, _fill(nodata, src.dtype, xp))
     return out
