@@ -17,6 +17,7 @@ import sys
 import time
 
 import numpy as np
+from save import save_json  # noqa: E402  (bench/ is on sys.path when a script runs)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -80,9 +81,7 @@ def main() -> None:
         result["pipeline_s"] = med["pipeline"]
         print(f"pipeline median {med['pipeline']:.2f} s = {med['pipeline'] / floor:.1f}x the floor; "
               f"gdalwarp {med['gdalwarp']:.2f} s = {med['gdalwarp'] / floor:.1f}x")  # fmt: skip
-    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "results", "floor.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    save_json("floor", result)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ edges. Writes ``bench/results/kernels.json``.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -19,6 +18,8 @@ import numpy as np
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from save import save_json  # noqa: E402  (bench/ is on sys.path when a script runs)
 
 from pipeline.grid import transform_points  # noqa: E402
 from pipeline.plan import SourceWindow  # noqa: E402
@@ -68,9 +69,7 @@ def main() -> None:
                 r = rows[-1]
                 print(f"{n:>5} {name:<6}{method:<9} kernels {r['kernels_Mpx_s']:7.1f} Mpx/s  "
                       f"gdal {r['gdal_Mpx_s']:7.1f} Mpx/s  ratio {r['ratio']:.2f}x", flush=True)  # fmt: skip
-    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "results", "kernels.json"), "w") as f:
-        json.dump(rows, f, indent=1)
+    save_json("kernels", rows)
 
 
 if __name__ == "__main__":

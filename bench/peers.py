@@ -23,6 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from save import save_json  # noqa: E402  (bench/ is on sys.path when a script runs)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -166,9 +167,7 @@ def main() -> None:
         mad = "" if k == "pipeline" else f"{agree[k]:.4%} of range"
         print(f"{k:<10}{v:10.2f}{v / med['pipeline']:12.2f}x{in_mb / v:12.1f}{mad:>22}")
     print(f"pipeline / fastest peer: {med['pipeline'] / fastest_peer:.2f} (target <= 0.5); {REPEATS} interleaved runs")
-    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "results", "peers.json"), "w") as f:
-        json.dump({"runs": times, "medians": med, "max_mad_vs_pipeline": agree, "input_mb": in_mb}, f, indent=1)
+    save_json("peers", {"runs": times, "medians": med, "max_mad_vs_pipeline": agree, "input_mb": in_mb})
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import sys
 import tempfile
 import time
 
+from save import save_json  # noqa: E402  (bench/ is on sys.path when a script runs)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -40,9 +42,7 @@ def main() -> None:
     for r in rows:
         print(f"{r['tiles']:>8}{r['index_s']:14.1f}{r['plan_s']:8.2f}{r['plan_process_s']:11.2f}"
               f"{r['peak_rss_mib']:10.0f}{r['tasks']:8}{r['windows']:10}")  # fmt: skip
-    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "results", "plan_scale.json"), "w") as f:
-        json.dump(rows, f, indent=1)
+    save_json("plan_scale", rows)
 
 
 if __name__ == "__main__":

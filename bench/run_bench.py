@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 
+from save import save_json  # noqa: E402  (bench/ is on sys.path when a script runs)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "casestudy.yaml")
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
@@ -53,9 +55,7 @@ def main() -> None:
               f"{m['decoded_MB_s']:14.1f}{m['output_Mpx_s']:11.1f}")  # fmt: skip
     speedup = med[1]["run_s"] / med[2]["run_s"]
     print(f"speedup 2 vs 1 worker: {speedup:.2f}x (medians of {REPEATS} interleaved runs)")
-    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "results", "casestudy.json"), "w") as f:
-        json.dump({"medians": med, "runs": runs, "speedup_2v1": speedup}, f, indent=1)
+    save_json("casestudy", {"medians": med, "runs": runs, "speedup_2v1": speedup})
 
 
 if __name__ == "__main__":

@@ -1,0 +1,18 @@
+"""Where the benchmarks leave their figures: ``bench/results/NAME.json``."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def save_json(name: str, data: Any) -> str:
+    """Write ``data`` to ``bench/results/NAME.json``; returns the path."""
+    os.makedirs(RESULTS, exist_ok=True)
+    path = os.path.join(RESULTS, f"{name}.json")
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+    return path
