@@ -203,42 +203,48 @@ def resample_nearest(src: Any, nodata: float, cmap: CoordMap) -> Any:
 
 # ------------------------------------------------------------------------------------ weighted methods
 def _separable_mean(src: Any, nodata: float, y_taps: Taps, x_taps: Taps, xp: Any) -> Any:
-    """Σ w·v / Σ w over 1-D taps: along x for every source row, then along y. Same CRS only."""
+    """Σ w·v / Σ w over 1-D taps: along x, then along y; same CRS only. In blocks of destination rows,
+    each reading only the source rows its taps need, so the intermediate stays in cache; pixels are
+    gathered in their own dtype and weighted in float."""
     h_s, w_s = src.shape
+    h, w = y_taps[0].shape[0], x_taps[0].shape[0]
     ft = _work_dtype(src.dtype, xp)
     valid = valid_mask(src, nodata, xp)
     all_valid = bool(valid.all())
-    data = (src if all_valid else xp.where(valid, src, 0)).astype(ft)
+    data = src if all_valid else xp.where(valid, src, 0)
     vf = None if all_valid else valid.astype(ft)
+    # the x taps once: clipped columns, weights zeroed off the source
+    x_cols = [xp.clip(x_taps[0] + k, 0, w_s - 1) for k in range(len(x_taps[1]))]
+    x_wts = [xp.where((x_taps[0] + k >= 0) & (x_taps[0] + k < w_s), wk, 0.0).astype(ft)[None, :]
+             for k, wk in enumerate(x_taps[1])]  # fmt: skip
+    y_wts = [xp.where((y_taps[0] + k >= 0) & (y_taps[0] + k < h_s), wk, 0.0).astype(ft)
+             for k, wk in enumerate(y_taps[1])]  # fmt: skip
+    wx_sum = sum(x_wts[1:], x_wts[0].copy())
+    out = xp.empty((h, w), dtype=src.dtype)
+    for r0, r1 in _row_blocks(h, w, xp):
+        first = y_taps[0][r0:r1]
+        s0 = max(0, min(h_s - 1, int(first.min())))
+        s1 = max(s0 + 1, min(h_s, int(first.max()) + len(y_wts)))
+        rows = [xp.clip(first + k, s0, s1 - 1) - s0 for k in range(len(y_wts))]
+        block_wy = [wk[r0:r1, None] for wk in y_wts]
+        acc = _two_pass(data[s0:s1], x_cols, x_wts, rows, block_wy, ft, xp)
+        if vf is None:
+            wsum = sum(block_wy[1:], block_wy[0].copy()) * wx_sum
+        else:
+            wsum = _two_pass(vf[s0:s1], x_cols, x_wts, rows, block_wy, ft, xp)
+        out[r0:r1] = _finish(acc, wsum, nodata, src.dtype, xp)
+    return out
 
-    def along_x(a: Any) -> Any:
-        first, wts = x_taps
-        t = xp.zeros((h_s, first.shape[0]), dtype=ft)
-        for k, wk in enumerate(wts):
-            i = first + k
-            ok = (i >= 0) & (i < w_s)
-            t += xp.take(a, xp.clip(i, 0, w_s - 1), axis=1) * xp.where(ok, wk, 0.0).astype(ft)[None, :]
-        return t
 
-    def along_y(t: Any) -> Any:
-        first, wts = y_taps
-        acc = xp.zeros((first.shape[0], t.shape[1]), dtype=ft)
-        for k, wk in enumerate(wts):
-            i = first + k
-            ok = (i >= 0) & (i < h_s)
-            acc += xp.take(t, xp.clip(i, 0, h_s - 1), axis=0) * xp.where(ok, wk, 0.0).astype(ft)[:, None]
-        return acc
-
-    def weight_sum(taps: Taps, n: int) -> Any:
-        first, wts = taps
-        total = xp.zeros(first.shape[0], dtype=ft)
-        for k, wk in enumerate(wts):
-            total += xp.where((first + k >= 0) & (first + k < n), wk, 0.0).astype(ft)
-        return total
-
-    acc = along_y(along_x(data))
-    wsum = weight_sum(y_taps, h_s)[:, None] * weight_sum(x_taps, w_s)[None, :] if vf is None else along_y(along_x(vf))
-    return _finish(acc, wsum, nodata, src.dtype, xp)
+def _two_pass(a: Any, x_cols: list[Any], x_wts: list[Any], rows: list[Any], y_wts: list[Any], ft: Any, xp: Any) -> Any:
+    """Σ_k wy_k · (Σ_j wx_j · a[:, cols_j])[rows_k]: the separable weighted sum of one row block."""
+    t = xp.zeros((a.shape[0], x_cols[0].shape[0]), dtype=ft)
+    for cols, wk in zip(x_cols, x_wts, strict=True):
+        t += xp.take(a, cols, axis=1) * wk
+    acc = xp.zeros((rows[0].shape[0], t.shape[1]), dtype=ft)
+    for r, wk in zip(rows, y_wts, strict=True):
+        acc += xp.take(t, r, axis=0) * wk
+    return acc
 
 
 def _gather_mean(data: Any, valid: Any, pad: int, y_taps: Taps, x_taps: Taps, ft: Any, xp: Any) -> tuple[Any, Any]:
