@@ -3,7 +3,8 @@
 Per method, output size (1024^2, 4096^2) and case (cross-CRS: 10 m zone 31 onto 20 m zone 32;
 same-CRS: 10 m onto 20 m, half-pixel offset), both engines run interleaved ``REPEATS`` times on
 identical inputs; medians and the kernels/GDAL speed ratio. ``aligned``: same CRS, shared pixel
-edges. Writes ``bench/results/kernels.json``.
+edges. Writes ``bench/results/kernels.json`` (``BENCH_SAVE_AS`` renames it). ``BENCH_METHODS``,
+``BENCH_SIZES``, ``BENCH_CASES`` and ``BENCH_REPEATS`` narrow or lengthen a run.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pipeline.warp import warp_window  # noqa: E402
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 METHODS = tuple(os.environ.get("BENCH_METHODS", ",".join(KERNEL_METHODS)).split(","))
 SIZES = tuple(int(n) for n in os.environ.get("BENCH_SIZES", "1024,4096").split(","))
+CASES = tuple(os.environ.get("BENCH_CASES", "cross,same,aligned").split(","))
 
 
 def case(name: str, n_out: int) -> tuple[np.ndarray, SourceWindow, tuple[float, ...]]:
@@ -53,7 +55,7 @@ def case(name: str, n_out: int) -> tuple[np.ndarray, SourceWindow, tuple[float, 
 def main() -> None:
     rows = []
     for n in SIZES:
-        for name in ("cross", "same", "aligned"):
+        for name in CASES:
             src, win, dst = case(name, n)
             for method in METHODS:
                 times: dict[str, list[float]] = {"kernels": [], "gdal": []}
@@ -69,7 +71,7 @@ def main() -> None:
                 r = rows[-1]
                 print(f"{n:>5} {name:<6}{method:<9} kernels {r['kernels_Mpx_s']:7.1f} Mpx/s  "
                       f"gdal {r['gdal_Mpx_s']:7.1f} Mpx/s  ratio {r['ratio']:.2f}x", flush=True)  # fmt: skip
-    save_json("kernels", rows)
+    save_json(os.environ.get("BENCH_SAVE_AS", "kernels"), rows)
 
 
 if __name__ == "__main__":

@@ -530,40 +530,55 @@ def _sentinel(dtype: Any, high: bool, xp: Any) -> Any:
 
 
 class _Marked:
-    """The source with nodata replaced by a sentinel, padded with it on demand (kept across row blocks)."""
+    """The source with nodata replaced by a sentinel, padded with it on demand (kept across row blocks).
 
-    def __init__(self, src: Any, nodata: float, sentinel: Any, xp: Any) -> None:
-        self.src, self.sentinel, self.xp = src, sentinel, xp
-        self.valid = valid_mask(src, nodata, xp)
+    ``shift`` (unsigned pixels whose nodata is 0): the pixels are stored minus ``shift``, wrapping, so
+    nodata lands on the sentinel without a wider dtype: for max, shift 0 and sentinel 0; for min,
+    shift 1 and sentinel the dtype's maximum. Half the memory traffic of int32, and no mask."""
+
+    def __init__(self, src: Any, nodata: float, sentinel: Any, xp: Any, shift: int | None = None) -> None:
+        self.src, self.sentinel, self.xp, self.shift = src, sentinel, xp, shift
+        self.valid: Any = None if shift is not None else valid_mask(src, nodata, xp)
         self.pad, self.flat = -1, None
 
     def padded(self, pad: int) -> tuple[Any, int]:
         if pad > self.pad:
             xp = self.xp
             self.pad = max(pad, 2 * self.pad)
-            framed = _pad(self.src, self.pad, self.sentinel, xp, self.sentinel.dtype)  # cast and frame: one pass
-            if not bool(self.valid.all()):
-                inner = framed[self.pad : framed.shape[0] - self.pad, self.pad : framed.shape[1] - self.pad]
-                inner[~self.valid] = self.sentinel
+            if self.shift is not None:  # frame with nodata, then shift everything at once (wrapping)
+                framed = _pad(self.src, self.pad, 0, xp)
+                if self.shift:
+                    framed -= xp.asarray(self.shift, dtype=framed.dtype)
+            else:
+                framed = _pad(self.src, self.pad, self.sentinel, xp, self.sentinel.dtype)  # cast and frame
+                if not bool(self.valid.all()):
+                    inner = framed[self.pad : framed.shape[0] - self.pad, self.pad : framed.shape[1] - self.pad]
+                    inner[~self.valid] = self.sentinel
             self.flat = framed.ravel()
         return self.flat, self.pad
+
+    def block(self, rows: slice, cols: slice) -> Any:
+        """A region of the marked source (the aligned fast path reads it without gathers)."""
+        part = self.src[rows, cols]
+        if self.shift is not None:
+            return part - self.xp.asarray(self.shift, dtype=part.dtype) if self.shift else part
+        return self.xp.where(self.valid[rows, cols], part.astype(self.sentinel.dtype), self.sentinel)
 
 
 def _footprint_values(marked: _Marked, cmap: CoordMap, r0: int, r1: int, repeats_ok: bool) -> Iterator[Any]:
     """The values under the footprints of rows ``r0 : r1``, one array per tap; the sentinel where a tap
     is nodata, off the source or outside the footprint. ``repeats_ok`` (min, max): taps past a
     footprint's end repeat its last pixel instead, which needs no mask."""
-    src, valid, sentinel, xp = marked.src, marked.valid, marked.sentinel, marked.xp
+    src, sentinel, xp = marked.src, marked.sentinel, marked.xp
     h_s, w_s = src.shape
     found = block_factor(cmap, src.shape)
     if found is not None:  # aligned factor: strided views, no gathers
         f, y0i, x0i = found
         w = cmap.shape_yx[1]
-        rows = slice(y0i + r0 * f, y0i + r1 * f)
-        block, ok = src[rows, x0i : x0i + w * f], valid[rows, x0i : x0i + w * f]
+        block = marked.block(slice(y0i + r0 * f, y0i + r1 * f), slice(x0i, x0i + w * f))
         for dy in range(f):
             for dx in range(f):
-                yield xp.where(ok[dy::f, dx::f], block[dy::f, dx::f].astype(sentinel.dtype), sentinel)
+                yield block[dy::f, dx::f]
         return
     xlo, xhi, ylo, yhi = _footprints(cmap, xp, r0, r1)
     (fy, wy), (fx, wx) = _footprint_taps(ylo, yhi, xp), _footprint_taps(xlo, xhi, xp)
@@ -589,15 +604,25 @@ def _footprint_values(marked: _Marked, cmap: CoordMap, r0: int, r1: int, repeats
 def _extreme(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any:
     xp = get_xp(src)
     h, w = cmap.shape_yx
-    sentinel = _sentinel(_stat_dtype(src.dtype, xp), method == "min", xp)
     pick = xp.minimum if method == "min" else xp.maximum
+    if xp.dtype(src.dtype).kind == "u" and nodata == 0:  # no wider dtype needed (see _Marked)
+        shift = 1 if method == "min" else 0
+        sentinel = xp.asarray(xp.iinfo(src.dtype).max if shift else 0, dtype=src.dtype)
+        marked = _Marked(src, nodata, sentinel, xp, shift)
+    else:
+        shift = 0
+        sentinel = _sentinel(_stat_dtype(src.dtype, xp), method == "min", xp)
+        marked = _Marked(src, nodata, sentinel, xp)
     out = xp.empty((h, w), dtype=src.dtype)
-    marked = _Marked(src, nodata, sentinel, xp)
     for r0, r1 in _row_blocks(h, w, xp):
-        best = None
+        best: Any = None
         for values in _footprint_values(marked, cmap, r0, r1, repeats_ok=True):
-            best = values if best is None else pick(best, values, out=best if best is not values else None)
-        out[r0:r1] = xp.where(best == sentinel, _fill(nodata, src.dtype, xp), best).astype(src.dtype)
+            best = values.copy() if best is None else pick(best, values, out=best)
+        if shift:
+            best += xp.asarray(shift, dtype=best.dtype)  # the sentinel wraps back to 0, nodata
+            out[r0:r1] = best if nodata == 0 else xp.where(best == 0, _fill(nodata, src.dtype, xp), best)
+        else:
+            out[r0:r1] = xp.where(best == sentinel, _fill(nodata, src.dtype, xp), best).astype(src.dtype)
     return out
 
 
