@@ -504,15 +504,19 @@ def _block_reduce(src: Any, nodata: float, cmap: CoordMap, xp: Any) -> Any | Non
         acc_dtype = "i8" if kind == "i" else "u4"
     else:
         acc_dtype = "f8"
-    acc = xp.zeros((h, w), dtype=acc_dtype)
-    count = xp.zeros((h, w), dtype="u2" if f * f < 65536 else "u4")
-    for dy in range(f):
-        for dx in range(f):
-            part = block[dy::f, dx::f]
-            ok = valid_mask(part, nodata, xp)
-            acc += xp.where(ok, part, 0).astype(acc_dtype, copy=False)
-            count += ok
-    return _finish(acc.astype("f8"), count.astype("f8"), nodata, src.dtype, xp)
+    out = xp.empty((h, w), dtype=src.dtype)
+    for r0, r1 in _row_blocks(h, w, xp):  # in row blocks: the strided passes stay in cache
+        rows = block[r0 * f : r1 * f]
+        acc = xp.zeros((r1 - r0, w), dtype=acc_dtype)
+        count = xp.zeros((r1 - r0, w), dtype="u2" if f * f < 65536 else "u4")
+        for dy in range(f):
+            for dx in range(f):
+                part = rows[dy::f, dx::f]
+                ok = valid_mask(part, nodata, xp)
+                acc += xp.where(ok, part, 0).astype(acc_dtype, copy=False)
+                count += ok
+        out[r0:r1] = _finish(acc.astype("f8"), count.astype("f8"), nodata, src.dtype, xp)
+    return out
 
 
 # ------------------------------------------------------------------------------------ footprint statistics
