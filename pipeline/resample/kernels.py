@@ -293,20 +293,40 @@ def _profile_sum(profile: Any, first: Any, wts: list[Any], pad: int, xp: Any) ->
     return sum(wk * xp.take(profile[k:], first) for k, wk in enumerate(wts))
 
 
-def _padded_valid(valid: Any, pad: int, ft: str, xp: Any, profiles: tuple[Any, Any] | None = None) -> Any:
-    """Validity padded with zeros: 1-D profiles (the given ones, or ones) when the window has no nodata."""
-    if profiles is None and not bool(valid.all()):
-        return _pad(valid.astype(ft), pad, 0, xp)
-    vy, vx = profiles or (xp.ones(valid.shape[0], dtype=ft), xp.ones(valid.shape[1], dtype=ft))
-    py, px = xp.zeros(len(vy) + 2 * pad, dtype=ft), xp.zeros(len(vx) + 2 * pad, dtype=ft)
-    py[pad : pad + len(vy)], px[pad : pad + len(vx)] = vy, vx
-    return py, px
-
-
 def _lands_inside(taps: Taps, n: int) -> bool:
     """Every tap of these positions reads a source pixel (none falls off the edges)."""
     first, wts = taps
     return int(first.min()) >= 0 and int(first.max()) + len(wts) <= n
+
+
+class _Weighted:
+    """Pixels with nodata zeroed and their validity, as the per-pixel gathers read them.
+
+    ``valid``: a 2-D float array, or (rows, columns) 1-D profiles when validity is separable (no
+    nodata in the window). A block whose taps all land inside reads these directly; blocks at the
+    edges read a zero-framed copy (taps off the source weigh nothing), made once, when first needed.
+    """
+
+    def __init__(self, data: Any, valid: Any, ft: Any, xp: Any) -> None:
+        self.data, self.valid, self.ft, self.xp = data, valid, ft, xp
+        self.pad: int = -1
+        self.framed: Any = None
+        self.vframed: Any = None
+
+    def sums(self, y_taps: Taps, x_taps: Taps) -> tuple[Any, Any]:
+        """Σ w·v and Σ w·valid over the taps."""
+        xp, (h, w) = self.xp, self.data.shape
+        if _lands_inside(y_taps, h) and _lands_inside(x_taps, w):
+            return _gather_mean(self.data, self.valid, 0, y_taps, x_taps, self.ft, xp)
+        need = max(len(y_taps[1]), len(x_taps[1])) + 1
+        if need > self.pad:
+            self.pad = max(need, 2 * self.pad)
+            self.framed = _pad(self.data, self.pad, 0, xp)
+            if isinstance(self.valid, tuple):
+                self.vframed = tuple(xp.pad(v, self.pad) for v in self.valid)
+            else:
+                self.vframed = _pad(self.valid, self.pad, 0, xp)
+        return _gather_mean(self.framed, self.vframed, self.pad, y_taps, x_taps, self.ft, xp)
 
 
 def _general_mean(src: Any, nodata: float, cmap: CoordMap, taps_for: Callable[[int, int], tuple[Taps, Taps]],
@@ -314,36 +334,18 @@ def _general_mean(src: Any, nodata: float, cmap: CoordMap, taps_for: Callable[[i
     """Weighted means over per-pixel taps from a line map, in row blocks; GDAL's renormalisation.
 
     Pixels are gathered in their own dtype (half the memory traffic of float32 for 16-bit data) and
-    weighted in float. A block whose taps all land inside the source reads the source itself; only
-    blocks at its edges read a zero-padded copy, made once, when first needed."""
+    weighted in float."""
     xp = get_xp(src)
     h, w = cmap.shape_yx
-    h_s, w_s = src.shape
     ft = _work_dtype(src.dtype, xp)
     valid = valid_mask(src, nodata, xp)
-    all_valid = bool(valid.all())
-    data0 = src if all_valid else xp.where(valid, src, 0)
-    valid0: Any = (xp.ones(h_s, dtype=ft), xp.ones(w_s, dtype=ft)) if all_valid else None
-    pad, data, vpad = -1, None, None
+    if bool(valid.all()):
+        pixels = _Weighted(src, (xp.ones(src.shape[0], dtype=ft), xp.ones(src.shape[1], dtype=ft)), ft, xp)
+    else:
+        pixels = _Weighted(xp.where(valid, src, 0), valid.astype(ft), ft, xp)
     out = xp.empty((h, w), dtype=src.dtype)
     for r0, r1 in _row_blocks(h, w, xp):
-        y_taps, x_taps = taps_for(r0, r1)
-        (fy, wy), (fx, wx) = y_taps, x_taps
-        if (
-            int(fy.min()) >= 0
-            and int(fy.max()) + len(wy) <= h_s
-            and int(fx.min()) >= 0
-            and int(fx.max()) + len(wx) <= w_s
-        ):
-            if valid0 is None:
-                valid0 = valid.astype(ft)
-            acc, wsum = _gather_mean(data0, valid0, 0, y_taps, x_taps, ft, xp)
-        else:
-            need = max(len(y_taps[1]), len(x_taps[1])) + 1
-            if need > pad:  # zeros outside: taps off the source weigh nothing
-                pad = max(need, 2 * pad)
-                data, vpad = _pad(data0, pad, 0, xp), _padded_valid(valid, pad, ft, xp)
-            acc, wsum = _gather_mean(data, vpad, pad, y_taps, x_taps, ft, xp)
+        acc, wsum = pixels.sums(*taps_for(r0, r1))
         block = _finish(acc, wsum, nodata, src.dtype, xp)
         if inside_test:
             xc, yc = cmap.centre_positions(xp, r0, r1, "f4")
@@ -395,18 +397,11 @@ def _bilinear_general(src: Any, nodata: float, cmap: CoordMap, sx: float, sy: fl
             else:
                 vy = _tent_prefilter(vy, s, 0, xp)
     h, w = cmap.shape_yx
-    pad, padded, vpad = 3, None, None
+    pixels = _Weighted(data, vf if vf is not None else (vy, vx), ft, xp)
     out = xp.empty((h, w), dtype=src.dtype)
     for r0, r1 in _row_blocks(h, w, xp):
         xc, yc = cmap.centre_positions(xp, r0, r1, "f4")
-        y_taps, x_taps = _kernel_taps(yc, 1.0, "bilinear", xp, ft), _kernel_taps(xc, 1.0, "bilinear", xp, ft)
-        if _lands_inside(y_taps, src.shape[0]) and _lands_inside(x_taps, src.shape[1]):
-            acc, wsum = _gather_mean(data, vf if vf is not None else (vy, vx), 0, y_taps, x_taps, ft, xp)
-        else:
-            if padded is None:  # edge blocks only: zeros outside, taps off the source weigh nothing
-                padded = _pad(data, pad, 0, xp)
-                vpad = _pad(vf, pad, 0, xp) if vf is not None else _padded_valid(valid, pad, ft, xp, (vy, vx))
-            acc, wsum = _gather_mean(padded, vpad, pad, y_taps, x_taps, ft, xp)
+        acc, wsum = pixels.sums(_kernel_taps(yc, 1.0, "bilinear", xp, ft), _kernel_taps(xc, 1.0, "bilinear", xp, ft))
         block = _finish(acc, wsum, nodata, src.dtype, xp)
         out[r0:r1] = xp.where(_inside(xc, yc, src.shape), block, _fill(nodata, src.dtype, xp))
     return out
