@@ -5,8 +5,9 @@ destination pixels fall in the source window) and the source pixels, and
 nothing else. Three shapes of work, each picked by the map:
 
 * separable maps (same CRS): 1-D taps per axis, applied along x then y;
-* line maps (reprojection): per-pixel taps gathered from a zero-padded copy,
-  in row blocks small enough to stay in cache on the CPU;
+* line maps (reprojection): per-pixel taps gathered from the source (from a
+  zero-framed copy where they fall off its edges), in row blocks small enough
+  to stay in cache on the CPU;
 * aligned integer factors (10 m -> 20 m on shared edges): strided slices, no
   gathers at all; a factor of one is a copy.
 
