@@ -1,0 +1,77 @@
+"""Chunk writes: the direct path stores exactly what zarr-python would, byte for byte once decoded."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
+
+from pipeline import write
+from pipeline.errors import StoreError
+
+
+def _pair(tmp_path: Path, dtype: str, fill: float, compressors: list[object] | None) -> tuple[str, str]:
+    """The same array twice: one written by zarr-python, one by write_chunk."""
+    paths = []
+    for name in ("zarr", "direct"):
+        path = str(tmp_path / f"{name}.zarr")
+        group = zarr.create_group(store=path, zarr_format=3)
+        group.create_array("b", shape=(2, 300, 250), chunks=(1, 128, 128), dtype=dtype,
+                           fill_value=fill, compressors=compressors)  # fmt: skip
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "fill", "compressors", "direct"),
+    [
+        ("uint16", 0, [ZstdCodec(level=3)], True),
+        ("int16", -9999, [ZstdCodec(level=1, checksum=True)], True),
+        ("float32", np.nan, [GzipCodec(level=4)], True),
+        ("uint8", 0, None, True),
+        ("uint16", 0, [BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle")], False),
+    ],
+)
+def test_direct_writes_equal_zarr_writes(tmp_path: Path, dtype: str, fill: float, compressors: list[object] | None,
+                                         direct: bool) -> None:  # fmt: skip
+    ref_path, path = _pair(tmp_path, dtype, fill, compressors)
+    ref = zarr.open_array(ref_path, path="b", mode="r+")
+    assert (write.chunk_encoder(zarr.open_array(path, path="b")) is not None) == direct
+    rng = np.random.default_rng(0)
+    for t in range(2):
+        for r0 in range(0, 300, 128):
+            for c0 in range(0, 250, 128):
+                h, w = min(128, 300 - r0), min(128, 250 - c0)
+                data = rng.integers(0, 200, (h, w)).astype(dtype)
+                if (t, r0, c0) == (0, 0, 128):
+                    data[:] = fill  # an empty chunk is not stored
+                elif (r0 + c0) % 256 == 0:
+                    data[: h // 2] = fill  # partly empty
+                ref[t, r0 : r0 + h, c0 : c0 + w] = data
+                write.write_chunk(path, "b", t, (r0, c0, h, w), data)
+    got = zarr.open_array(path, path="b", mode="r")[:]
+    np.testing.assert_array_equal(got, ref[:])
+    ref_keys = sorted(os.path.relpath(os.path.join(d, f), ref_path) for d, _, fs in os.walk(ref_path) for f in fs)
+    keys = sorted(os.path.relpath(os.path.join(d, f), path) for d, _, fs in os.walk(path) for f in fs)
+    assert keys == ref_keys and "b/c/0/0/1" not in keys
+
+
+def test_an_empty_chunk_replaces_an_old_one(tmp_path: Path) -> None:
+    _, path = _pair(tmp_path, "uint16", 0, [ZstdCodec(level=3)])
+    write.write_chunk(path, "b", 1, (128, 0, 128, 128), np.ones((128, 128), np.uint16))
+    assert os.path.exists(os.path.join(path, "b", "c", "1", "1", "0"))
+    write.write_chunk(path, "b", 1, (128, 0, 128, 128), np.zeros((128, 128), np.uint16))
+    assert not os.path.exists(os.path.join(path, "b", "c", "1", "1", "0"))
+    assert (zarr.open_array(path, path="b", mode="r")[1] == 0).all()
+
+
+def test_unaligned_writes_are_refused(tmp_path: Path) -> None:
+    _, path = _pair(tmp_path, "uint16", 0, [ZstdCodec(level=3)])
+    with pytest.raises(StoreError, match="not one whole chunk"):
+        write.write_chunk(path, "b", 0, (64, 0, 128, 128), np.ones((128, 128), np.uint16))
+    with pytest.raises(StoreError, match="not one whole chunk"):
+        write.write_chunk(path, "b", 0, (256, 0, 40, 128), np.ones((40, 128), np.uint16))
