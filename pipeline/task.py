@@ -7,6 +7,7 @@ Runs on a Dask worker. It receives a :class:`~pipeline.plan.Partition`
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -48,12 +49,18 @@ def _worker_name() -> str:
         return f"local-{os.getpid()}"
 
 
-def warm_up() -> int:
-    """Import the I/O stack on a worker before its first task, so start-up is not timed as reading."""
+def warm_up(log_level: int | None = None) -> int:
+    """Import the I/O stack on a worker before its first task, so start-up is not timed as reading.
+
+    ``log_level``: for the local cluster's workers, the level their ``distributed`` log handlers print
+    at. A forked worker inherits the driver's log handlers; task errors are reported by the driver.
+    """
     import rasterio  # noqa: F401
     import rasterio.warp  # noqa: F401
     import zarr  # noqa: F401
 
+    if log_level is not None:
+        logging.getLogger("distributed").setLevel(log_level)
     return os.getpid()
 
 

@@ -139,10 +139,13 @@ def test_same_cube_whatever_the_submission_order(tmp_path: Path, small_dir: Path
     same_cube(tmp_path / "out.zarr", clean_cube)
 
 
-def _children(pid: int) -> list[int]:
+def _workers(pid: int) -> list[int]:
+    """The local cluster's worker processes: the driver's children (forked, or spawned on other
+    platforms), not multiprocessing's helper processes."""
     import psutil
 
-    return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    helpers = ("resource_tracker", "semaphore_tracker", "forkserver")
+    return [c.pid for c in psutil.Process(pid).children() if not any(h in " ".join(c.cmdline()) for h in helpers)]
 
 
 def test_worker_killed_mid_run_is_rescheduled(tmp_path: Path, small_dir: Path, clean_cube: Path) -> None:
@@ -154,9 +157,7 @@ def test_worker_killed_mid_run_is_rescheduled(tmp_path: Path, small_dir: Path, c
     deadline = time.time() + 120
     while time.time() < deadline and not (journal.exists() and len(os.listdir(journal)) >= 2):
         time.sleep(0.02)
-    import psutil
-
-    workers = [p for p in _children(proc.pid) if "spawn" in " ".join(psutil.Process(p).cmdline())]
+    workers = _workers(proc.pid)
     assert workers, "no worker process found to kill"
     os.kill(workers[0], signal.SIGKILL)
     _, err = proc.communicate(timeout=300)
