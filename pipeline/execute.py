@@ -340,6 +340,7 @@ def run(
             "chunks": plan.n_chunks,
             "jobs": plan.n_jobs,
             "windows": plan.n_pairs,
+            "windows_skipped": int(sum(r.get("windows_skipped", 0) for r in records)),
             "bytes_to_read": plan.bytes_read,
             "partition_mb": config.execution.partition_mb,
             "levels_used": plan.levels_used,

@@ -19,7 +19,7 @@ from pipeline.errors import TileReadError
 from pipeline.grid import offset_transform
 from pipeline.plan import BandSpec, Partition
 from pipeline.read import open_count, read_window
-from pipeline.resample import fuse_arrays
+from pipeline.resample import FirstValid, fuse_arrays
 from pipeline.warp import RowSpan, warp_window
 from pipeline.write import journal_record, write_chunk
 
@@ -37,6 +37,8 @@ class TaskContext:
     """Resampling engine: auto | kernels | gdal (see pipeline.warp)."""
     grid_width: int = 0
     """Columns in the grid's rows: reprojection positions are approximated along whole rows (no seams)."""
+    skip_covered: bool = True
+    """first/last fusion: skip reading and resampling where earlier tiles already filled the chunk."""
 
 
 def _worker_name() -> str:
@@ -64,6 +66,12 @@ def warm_up(log_level: int | None = None) -> int:
     return os.getpid()
 
 
+def _picks_one(ctx: TaskContext) -> bool:
+    """first/last fusion on the kernels, where a block of the chunk resamples exactly as the whole
+    (positions along grid rows): only then may a tile be resampled just where the chunk is empty."""
+    return ctx.fuse in ("first", "last") and ctx.engine != "gdal" and ctx.grid_width > 0 and ctx.skip_covered
+
+
 def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", reason: str = "") -> dict[str, Any]:
     """Compute and write every chunk of ``partition``; return its timing record.
 
@@ -79,7 +87,7 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
     start = time.time()
     opened_before = open_count()
     read_s = resample_s = write_s = 0.0
-    bytes_read = bytes_written = 0
+    bytes_read = bytes_written = windows_skipped = 0
     tiles: set[str] = set()
     skipped: list[dict[str, str]] = []
     degraded: list[str] = []
@@ -88,8 +96,21 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
         band = bands[job.band]
         r0, c0, h, w = job.window
         dst_transform = offset_transform(ctx.grid_transform, r0, c0)
+        # first/last keep one tile per pixel: tiles go in priority order and each is resampled only
+        # where the chunk is still empty (bit for bit the same: the kernels' blocks equal the whole).
+        mosaic = FirstValid((h, w), band.nodata) if _picks_one(ctx) else None
+        sources = job.sources[::-1] if mosaic is not None and ctx.fuse == "last" else job.sources
         warped = []
-        for src in job.sources:
+        for src in sources:
+            # Only the part of the chunk this tile covers is resampled, then placed in the chunk.
+            dst_window = src.dst_window or (0, 0, h, w)
+            if mosaic is not None:
+                pending = mosaic.pending(dst_window)
+                if pending is None:
+                    windows_skipped += 1
+                    continue
+                dst_window = pending
+            dr, dc, dh, dw = dst_window
             t0 = time.perf_counter()
             try:
                 data = read_window(src)
@@ -101,27 +122,30 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
                 read_s += time.perf_counter() - t0
                 continue
             t1 = time.perf_counter()
-            # Only the part of the chunk this tile covers is resampled, then placed in a chunk of nodata.
-            dr, dc, dh, dw = src.dst_window or (0, 0, h, w)
             span = RowSpan(ctx.grid_transform, ctx.grid_width, r0 + dr, c0 + dc) if ctx.grid_width else None
             part = warp_window(
                 data, src, (dh, dw), offset_transform(dst_transform, dr, dc), ctx.grid_crs, band.nodata,
                 ctx.resampling, ctx.engine, device, span,
             )  # fmt: skip
-            if (dh, dw) != (h, w):
+            if mosaic is not None:
+                mosaic.add(part, dr, dc)
+            elif (dh, dw) != (h, w):
                 full = np.full((h, w), band.nodata, dtype=part.dtype)
                 full[dr : dr + dh, dc : dc + dw] = part
-                part = full
-            warped.append(part)
+                warped.append(full)
+            else:
+                warped.append(part)
             t2 = time.perf_counter()
             read_s += t1 - t0
             resample_s += t2 - t1
             bytes_read += data.nbytes
             tiles.add(src.path)
-        if not warped:
-            continue
         t2 = time.perf_counter()
-        fused = fuse_arrays(warped, band.nodata, ctx.fuse)
+        fused = (
+            mosaic.result() if mosaic is not None else fuse_arrays(warped, band.nodata, ctx.fuse) if warped else None
+        )
+        if fused is None:
+            continue
         t3 = time.perf_counter()
         bytes_written += write_chunk(ctx.store_path, job.band, job.t, job.window, fused)
         resample_s += t3 - t2
@@ -139,6 +163,7 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
         "tiles": len(tiles),
         "files_opened": open_count() - opened_before,
         "chunks": len(partition.jobs),
+        "windows_skipped": windows_skipped,
         "read_s": read_s,
         "resample_s": resample_s,
         "write_s": write_s,

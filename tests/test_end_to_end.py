@@ -184,3 +184,36 @@ def test_other_methods_and_the_kernel_engine_match_gdal(tmp_path: Path, small_di
         files = glob.glob(str(small_dir / "2024-06-11" / f"*_{band}.tif"))
         ref = reference_cube(files, "EPSG:32632", ds.rio.transform(), ds[band].shape[1:], method)
         assert_matches_gdal(ds[band].isel(time=1).values, ref, band)
+
+
+@pytest.mark.parametrize(
+    ("fuse", "method"), [("first", "average"), ("last", "average"), ("last", "nearest"), ("first", "cubic")]
+)
+def test_skipping_covered_tiles_changes_nothing(tmp_path: Path, small_dir: Path, fuse: str, method: str) -> None:
+    """first/last resample a tile only where the chunk is still empty: the same cube as resampling every
+    tile whole and fusing afterwards, bit for bit, and some tiles are in fact skipped."""
+    from pipeline.execute import _prepare_store, plan_run
+    from pipeline.task import TaskContext, run_partition
+
+    data = tmp_path / "data"
+    shutil.copytree(small_dir, data)
+    for f in list(data.glob("*/*.tif")):  # every tile twice: one of each pair is covered where the other has data
+        tile, band = f.name.split("_")
+        shutil.copy(f, f.with_name(f"{tile}x_{band}"))
+    cubes, skipped = [], []
+    for skip in (True, False):
+        folder = tmp_path / str(skip)
+        folder.mkdir()
+        settings = [f"fuse={fuse}", f"resampling={method}", "output.chunks={y: 64, x: 64}"]
+        cfg = load_config(write_config(folder, str(data / "**" / "*.tif")), settings)
+        _, plan = plan_run(cfg)
+        _prepare_store(cfg, plan, overwrite=False, resume=False)
+        ctx = TaskContext(store_path=cfg.output.path, grid_crs=plan.grid.crs, grid_transform=plan.grid.transform,
+                          bands=plan.bands, resampling=plan.resampling, fuse=plan.fuse, on_error="fail",
+                          grid_width=plan.grid.shape_yx[1], skip_covered=skip)  # fmt: skip
+        skipped.append(sum(run_partition(p, ctx)["windows_skipped"] for p in plan.partitions))
+        group = zarr.open_group(cfg.output.path, mode="r")
+        cubes.append({b.name: group[b.name][:] for b in plan.bands})
+    assert skipped[0] > 0 and skipped[1] == 0, skipped
+    for name, cube in cubes[0].items():
+        np.testing.assert_array_equal(cube, cubes[1][name], err_msg=name)

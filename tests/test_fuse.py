@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.resample import fuse_arrays, valid_mask
+from pipeline.resample import FirstValid, fuse_arrays, valid_mask
 
 
 def _stack(xp: Any) -> list[Any]:
@@ -49,3 +49,37 @@ def test_fuse_never_invents_coverage(rows: list[list[int]], method: str) -> None
     if method in ("first", "last", "min", "max"):
         for i in np.flatnonzero(covered):
             assert out[i] in {a[i] for a in arrays if a[i] != 0}
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 7), st.integers(0, 7), st.integers(1, 8), st.integers(1, 8), st.integers(0, 2**32 - 1)
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    st.sampled_from([(0.0, "u2"), (math.nan, "f4"), (-1.0, "f4")]),
+)
+def test_first_valid_skips_only_what_fuse_would_not_take(windows: list[tuple[int, ...]], nd: tuple[float, str]) -> None:
+    """Tile by tile, each resampled only over the box pending() gives, equals fuse_arrays on whole tiles."""
+    nodata, dtype = nd
+    shape = (8, 8)
+    whole, mosaic = [], FirstValid(shape, nodata)
+    for r, c, h, w, seed in windows:
+        h, w = min(h, 8 - r), min(w, 8 - c)
+        rng = np.random.default_rng(seed)
+        tile = rng.integers(1, 9, (h, w)).astype(dtype)
+        tile[rng.random((h, w)) < 0.4] = nodata
+        full = np.full(shape, nodata, dtype=dtype)
+        full[r : r + h, c : c + w] = tile
+        whole.append(full)
+        box = mosaic.pending((r, c, h, w))
+        if box is None:
+            assert valid_mask(fuse_arrays(whole[:-1], nodata, "first"), nodata)[r : r + h, c : c + w].all()
+            continue
+        br, bc, bh, bw = box
+        assert r <= br and c <= bc and br + bh <= r + h and bc + bw <= c + w
+        mosaic.add(full[br : br + bh, bc : bc + bw], br, bc)
+    expected = fuse_arrays(whole, nodata, "first")
+    np.testing.assert_array_equal(mosaic.result(), expected)

@@ -4,7 +4,7 @@ Nothing geospatial is imported here: no rasterio, pyproj, dask, zarr or
 xarray. Callers hand in arrays and plain numbers.
 """
 
-from pipeline.resample.fuse import fuse_arrays, valid_mask
+from pipeline.resample.fuse import FirstValid, fuse_arrays, valid_mask
 from pipeline.resample.kernels import KERNEL_METHODS, CoordMap, resample
 
-__all__ = ["KERNEL_METHODS", "CoordMap", "fuse_arrays", "resample", "valid_mask"]
+__all__ = ["KERNEL_METHODS", "CoordMap", "FirstValid", "fuse_arrays", "resample", "valid_mask"]
