@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/python -m compileall -q pipeline  # bytecode for the editable package even where PYTHONDONTWRITEBYTECODE is set
 	touch $(STAMP)
 
 install: $(STAMP)  ## make .venv and install the project with dev tools
@@ -33,6 +34,7 @@ bench: $(STAMP) fixtures  ## case study: 1 vs 2 workers, against odc-stac and gd
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	@command -v gdalwarp >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq >/dev/null 2>&1 && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gdal-bin >/dev/null 2>&1; }
+	$(BIN)/python -m compileall -q pipeline
 	$(BIN)/python bench/run_bench.py
 	$(BIN)/python -W ignore bench/peers.py
 	$(BIN)/python -W ignore bench/floor.py

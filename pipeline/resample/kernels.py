@@ -38,6 +38,8 @@ EPS = 1e-10
 DOWNSAMPLING = 0.95
 """Below this scale (destination pixels per source pixel) GDAL stretches the kernel over 1/scale pixels."""
 BLOCK_PX = 1 << 16
+SPARSE_TAP = 0.5
+"""A footprint's last tap is added only where it weighs anything when that is under this share of pixels."""
 """Destination pixels per row block on the CPU: the intermediates stay in cache."""
 
 Taps = tuple[Any, list[Any]]
@@ -259,27 +261,53 @@ def _gather_mean(data: Any, valid: Any, pad: int, y_taps: Taps, x_taps: Taps, ft
     iy = xp.clip(fy, -len(wy), hp - 2 * pad) + pad
     ix = xp.clip(fx, -len(wx), wp - 2 * pad) + pad
     base = iy * wp + ix
-    flat = data.ravel()
-    acc = xp.zeros(base.shape, dtype=ft)
     separable = isinstance(valid, tuple)
-    vflat: Any = None if separable else valid.ravel()
-    wsum = xp.zeros(base.shape, dtype=ft)
-    for ky, wyk in enumerate(wy):
-        row = xp.zeros(base.shape, dtype=ft)
-        rowv = None if separable else xp.zeros(base.shape, dtype=ft)
-        for kx, wxk in enumerate(wx):
+    sources = [data.ravel()] if separable else [data.ravel(), valid.ravel()]
+    sums = [xp.zeros(base.shape, dtype=ft) for _ in sources]
+    # A footprint a little over n pixels long reaches an (n+1)-th pixel only for some destination
+    # pixels: that last tap is added for those pixels alone, not gathered for all of them. The sums are
+    # formed in the same order as with every tap gathered (a tap of weight 0 adds exactly 0), so the
+    # result does not depend on which pixels share a block.
+    sparse_y, sparse_x = _sparse_tap(wy, xp), _sparse_tap(wx, xp)
+    dense_y = wy[:-1] if sparse_y is not None else wy
+    dense_x = wx[:-1] if sparse_x is not None else wx
+    if sparse_x is not None:
+        base_x, wx_last = base.ravel()[sparse_x] + len(wx) - 1, wx[-1].ravel()[sparse_x]
+    for ky, wyk in enumerate(dense_y):
+        rows = [xp.zeros(base.shape, dtype=ft) for _ in sources]
+        for kx, wxk in enumerate(dense_x):
             off = ky * wp + kx  # an offset view instead of an index sum per tap
-            row += wxk * xp.take(flat[off:], base)
-            if rowv is not None:
-                rowv += wxk * xp.take(vflat[off:], base)
-        acc += wyk * row
-        if rowv is not None:
-            wsum += wyk * rowv
+            for row, flat in zip(rows, sources, strict=True):
+                row += wxk * xp.take(flat[off:], base)
+        if sparse_x is not None:
+            for row, flat in zip(rows, sources, strict=True):
+                row.ravel()[sparse_x] += wx_last * xp.take(flat[ky * wp :], base_x)
+        for total, row in zip(sums, rows, strict=True):
+            total += wyk * row
+    if sparse_y is not None:
+        b = base.ravel()[sparse_y] + (len(wy) - 1) * wp
+        w_cols = [wk.ravel()[sparse_y] for wk in wx]
+        for total, flat in zip(sums, sources, strict=True):
+            row = xp.zeros(b.shape, dtype=ft)
+            for kx, wxk in enumerate(w_cols):
+                row += wxk * xp.take(flat[kx:], b)
+            total.ravel()[sparse_y] += wy[-1].ravel()[sparse_y] * row
+    acc = sums[0]
+    wsum = None if separable else sums[1]
     if separable:
         vy, vx = valid
         sy, sx = _profile_sum(vy, iy, wy, pad, xp), _profile_sum(vx, ix, wx, pad, xp)
         wsum = sy * sx
     return acc, wsum
+
+
+def _sparse_tap(wts: list[Any], xp: Any) -> Any:
+    """Flat indices of the pixels whose last tap weighs anything, when they are few (else None)."""
+    if len(wts) < 2:
+        return None
+    if int(xp.count_nonzero(wts[-1])) > SPARSE_TAP * wts[-1].size:
+        return None
+    return xp.flatnonzero(wts[-1])
 
 
 def _profile_sum(profile: Any, first: Any, wts: list[Any], pad: int, xp: Any) -> Any:
