@@ -311,15 +311,18 @@ def _sparse_tap(wts: list[Any], xp: Any) -> Any:
 
 
 def _profile_sum(profile: Any, first: Any, wts: list[Any], pad: int, xp: Any) -> Any:
-    """Σ_k w_k · profile[first + k]; just c · Σ_k w_k when the profile is c wherever the taps land."""
+    """Σ_k w_k · profile[first + k], in that order. A tap that lands inside for every pixel of the block
+    reads a flat profile's one value without a gather (the same products, so blocks equal the whole)."""
     n = len(profile) - 2 * pad
-    lo, hi = int(first.min()) - pad, int(first.max()) - pad + len(wts)
-    if lo >= 0 and hi <= n:
-        seen = profile[pad + lo : pad + hi]
-        c = float(seen[0])
-        if bool((seen == c).all()):  # flat where the taps land (no nodata, no edge): no gathers
-            return sum(wts[1:], wts[0].copy()) * c
-    return sum(wk * xp.take(profile[k:], first) for k, wk in enumerate(wts))
+    lo, hi = int(first.min()) - pad, int(first.max()) - pad
+    inner = profile[pad : pad + n]
+    c = float(inner[0]) if n else 0.0
+    flat = n > 0 and bool((inner == c).all())
+    total: Any = None
+    for k, wk in enumerate(wts):
+        term = wk * c if flat and lo + k >= 0 and hi + k < n else wk * xp.take(profile[k:], first)
+        total = term if total is None else total + term
+    return total
 
 
 def _lands_inside(taps: Taps, n: int) -> bool:
