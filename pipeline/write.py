@@ -31,9 +31,8 @@ from pipeline.plan import Plan
 logger = logging.getLogger(__name__)
 JOURNAL_DIR = ".pipeline-journal"
 """Inside the store while it is incomplete: one empty file per finished partition."""
-_arrays: dict[tuple[str, str], Any] = {}
+_arrays: dict[tuple[str, str], tuple[tuple[int, int] | None, Any, Callable[[np.ndarray], bytes] | None]] = {}
 _arrays_lock = threading.Lock()
-_encoders: dict[tuple[str, str], Callable[[np.ndarray], bytes] | None] = {}
 
 
 def _compressors(codec: str, level: int) -> Any:
@@ -130,15 +129,24 @@ def create_store(plan: Plan, path: str, *, codec: str, level: int, config_hash: 
         raise StoreError(f"cannot create the output store {path}: {e}") from e
 
 
-def _open_array(path: str, band: str) -> Any:
+def _open_array(path: str, band: str) -> tuple[Any, Callable[[np.ndarray], bytes] | None]:
+    """The band's zarr array and its direct encoder, cached per process while its metadata file is the
+    same: a store made again at the same path (``--overwrite``, another run on a long-lived worker, or
+    a worker forked from a driver that wrote) is opened afresh."""
     import zarr
 
     key = (path, band)
+    try:
+        st = os.stat(os.path.join(path, band, "zarr.json"))
+        stamp: tuple[int, int] | None = (st.st_ino, st.st_mtime_ns)
+    except OSError:
+        stamp = None
     with _arrays_lock:
-        arr = _arrays.get(key)
-        if arr is None:
-            arr = _arrays[key] = zarr.open_array(path, path=band, mode="r+")
-    return arr
+        hit = _arrays.get(key)
+        if hit is None or hit[0] != stamp or stamp is None:
+            arr = zarr.open_array(path, path=band, mode="r+")
+            hit = _arrays[key] = (stamp, arr, chunk_encoder(arr))
+    return hit[1], hit[2]
 
 
 def chunk_encoder(arr: Any) -> Callable[[np.ndarray], bytes] | None:
@@ -205,17 +213,13 @@ def _write_direct(arr: Any, encode: Callable[[np.ndarray], bytes], path: str, ba
 
 def write_chunk(path: str, band: str, t: int, window: tuple[int, int, int, int], data: np.ndarray) -> int:
     """Write one whole chunk; raise StoreError if the region is not chunk-aligned. Returns bytes."""
-    arr = _open_array(path, band)
+    arr, encode = _open_array(path, band)
     r0, c0, h, w = window
     _, ch, cw = arr.chunks
     _, height, width = arr.shape
     aligned = r0 % ch == 0 and c0 % cw == 0 and (h == ch or r0 + h == height) and (w == cw or c0 + w == width)
     if not aligned or data.shape != (h, w):
         raise StoreError(f"{path}/{band}: write of rows {r0}:{r0 + h} cols {c0}:{c0 + w} is not one whole chunk")
-    key = (path, band)
-    if key not in _encoders:
-        _encoders[key] = chunk_encoder(arr)
-    encode = _encoders[key]
     try:
         if encode is None:
             arr[t, r0 : r0 + h, c0 : c0 + w] = data

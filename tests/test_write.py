@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -75,3 +76,18 @@ def test_unaligned_writes_are_refused(tmp_path: Path) -> None:
         write.write_chunk(path, "b", 0, (64, 0, 128, 128), np.ones((128, 128), np.uint16))
     with pytest.raises(StoreError, match="not one whole chunk"):
         write.write_chunk(path, "b", 0, (256, 0, 40, 128), np.ones((40, 128), np.uint16))
+
+
+def test_a_store_made_again_at_the_same_path_is_not_written_with_stale_metadata(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.zarr")
+    for chunks, compressors in (((1, 128, 128), [ZstdCodec(level=3)]), ((1, 64, 64), [GzipCodec(level=1)])):
+        if os.path.exists(path):
+            shutil.rmtree(path)
+        group = zarr.create_group(store=path, zarr_format=3)
+        group.create_array("b", shape=(1, 128, 128), chunks=chunks, dtype="uint16", fill_value=0,
+                           compressors=compressors)  # fmt: skip
+        data = np.arange(64 * 64, dtype=np.uint16).reshape(64, 64) + 1
+        write.write_chunk(path, "b", 0, (0, 0, 64, 64) if chunks[1] == 64 else (0, 0, 128, 128),
+                          data if chunks[1] == 64 else np.tile(data, (2, 2)))  # fmt: skip
+        got = zarr.open_array(path, path="b", mode="r")[0, :64, :64]
+        np.testing.assert_array_equal(got, data)
