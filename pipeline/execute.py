@@ -66,10 +66,11 @@ def plan_run(config: Config, clock: StageClock | None = None) -> tuple[Any, Plan
 
 
 WORKER_MALLOC = {"MALLOC_TRIM_THRESHOLD_": 64 << 20, "MALLOC_MMAP_THRESHOLD_": 16 << 20}
-"""glibc settings for local worker processes. Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536, which
-also freezes glibc's mmap threshold at 128 KiB: every array temporary of a row block is then a fresh
-mmap and page faults, and resampling ran 3.3x slower (measured; README, Performance). Heap-allocating below
-16 MiB and trimming above 64 MiB keeps both speed and a bounded footprint."""
+"""glibc settings for spawned local worker processes (forked ones keep the driver's defaults).
+Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536, which also freezes glibc's mmap threshold at 128 KiB:
+every array temporary of a row block is then a fresh mmap and page faults, and resampling ran 3.3x
+slower (measured; README, Performance). Heap-allocating below 16 MiB and trimming above 64 MiB keeps
+both speed and a bounded footprint."""
 
 
 def worker_start_method(device: str) -> str:

@@ -91,3 +91,15 @@ def test_run_on_a_real_cluster_matches_local(tmp_path: Path, small_dir: Path, cl
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert gpu.returncode == 2 and "no worker has a usable GPU" in gpu.stderr
+
+
+def test_local_workers_are_forked_on_linux_but_not_for_the_gpu() -> None:
+    import dask
+
+    from pipeline.execute import worker_start_method
+
+    if sys.platform.startswith("linux"):
+        assert worker_start_method("auto") == worker_start_method("cpu") == "fork"
+    assert worker_start_method("gpu") == "spawn"  # CUDA, initialised by the driver's check, does not survive a fork
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+        assert worker_start_method("cpu") == "forkserver"  # an explicit choice is kept
