@@ -86,8 +86,7 @@ def main() -> None:
 def run(config: str, sets: tuple[str, ...], workers: int | None, scheduler: str | None, device: str | None,
         resume: bool, overwrite: bool, report_path: str | None, verbose: int, quiet: bool) -> None:  # fmt: skip
     """Index, plan, read, resample and write the datacube described by CONFIG."""
-    from pipeline.execute import run as run_pipeline
-    from pipeline.report import format_report
+    from pipeline.workers import start_worker_server
 
     _setup_logging(verbose, quiet)
     if resume and overwrite:
@@ -96,6 +95,11 @@ def run(config: str, sets: tuple[str, ...], workers: int | None, scheduler: str 
     if report_path:
         extra["report.path"] = os.path.abspath(report_path)
     cfg = _load(config, sets, extra)
+    if not cfg.execution.scheduler:
+        start_worker_server()  # the local workers' imports, on another core, while this process imports and plans
+    from pipeline.execute import run as run_pipeline
+    from pipeline.report import format_report
+
     result = run_pipeline(cfg, overwrite=overwrite, resume=resume, progress=sys.stdout.isatty() and not quiet)
     if not quiet:
         click.echo(format_report(result.report))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -32,6 +31,7 @@ from pipeline.report import (
     write_report,
 )
 from pipeline.task import TaskContext, run_partition, warm_up
+from pipeline.workers import WORKER_MALLOC, start_worker_server, worker_start_method
 from pipeline.write import create_store, finalize_store, journal_done, store_config
 
 logger = logging.getLogger(__name__)
@@ -65,31 +65,6 @@ def plan_run(config: Config, clock: StageClock | None = None) -> tuple[Any, Plan
     return catalog, plan
 
 
-WORKER_MALLOC = {"MALLOC_TRIM_THRESHOLD_": 64 << 20, "MALLOC_MMAP_THRESHOLD_": 16 << 20}
-"""glibc settings for spawned local worker processes (forked ones keep the driver's defaults).
-Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536, which also freezes glibc's mmap threshold at 128 KiB:
-every array temporary of a row block is then a fresh mmap and page faults, and resampling ran 3.3x
-slower (measured; README, Performance). Heap-allocating below 16 MiB and trimming above 64 MiB keeps
-both speed and a bounded footprint."""
-
-
-def worker_start_method(device: str) -> str:
-    """How local worker processes start: ``fork`` on Linux, else Dask's configured method (``spawn``).
-
-    A spawned worker is a fresh interpreter that imports numpy, rasterio, zarr and distributed again:
-    on the case study that was ~2 s of a 9 s run (start, warm-up, shutdown; README, Performance). A
-    forked worker starts with the driver's modules already imported, and with glibc's default malloc
-    tuning (no exec, so Dask's ``MALLOC_TRIM_THRESHOLD_`` is never read). Not with ``device: gpu``: the
-    driver has initialised CUDA to check the request, and CUDA does not survive a fork.
-    """
-    import dask
-
-    configured = str(dask.config.get("distributed.worker.multiprocessing-method", "spawn"))
-    if configured != "spawn" or not sys.platform.startswith("linux") or device == "gpu":
-        return configured
-    return "fork"
-
-
 def _worker_log_level() -> int:
     """Task errors come back to the driver and are reported there; the local workers' own copies are noise."""
     return logging.WARNING if logger.isEnabledFor(logging.DEBUG) else logging.CRITICAL
@@ -104,7 +79,9 @@ def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
     n = config.execution.workers or os.cpu_count() or 1
     n = max(1, min(n, n_partitions))
     settings: dict[str, Any] = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_MALLOC.items()}
-    settings["distributed.worker.multiprocessing-method"] = worker_start_method(config.execution.device)
+    settings["distributed.worker.multiprocessing-method"] = method = worker_start_method()
+    if method == "forkserver":
+        start_worker_server()  # already running when the CLI started it
     with dask.config.set(settings):
         cluster = LocalCluster(
             n_workers=n,
@@ -211,9 +188,11 @@ def _decide_devices(client: Any, config: Config, todo: list[Any], ctx: TaskConte
 
 
 def _execute(
-    config: Config, todo: list[Any], ctx: TaskContext, progress: bool
+    config: Config, todo: list[Any], ctx: TaskContext, progress: bool, crs: tuple[str, ...]
 ) -> tuple[list[dict[str, Any]], float, int, list[str]]:
-    """Submit every partition, then collect results as they finish: (records, wall, threads, workers)."""
+    """Submit every partition, then collect results as they finish: (records, wall, threads, workers).
+
+    ``crs``: the tiles' CRSs, set up on every worker before the first task."""
     from distributed import as_completed
     from tqdm import tqdm
 
@@ -223,7 +202,7 @@ def _execute(
         info = client.scheduler_info(n_workers=-1)["workers"]
         worker_names = [str(w.get("name", a)) for a, w in info.items()]
         threads = sum(int(w.get("nthreads", 1)) for w in info.values()) or 1
-        client.run(warm_up, None if config.execution.scheduler else _worker_log_level())
+        client.run(warm_up, None if config.execution.scheduler else _worker_log_level(), ctx, crs)
         decisions = _decide_devices(client, config, todo, ctx)
         gpu_resources = any("GPU" in (w.get("resources") or {}) for w in info.values())
         t_exec = time.perf_counter()
@@ -270,6 +249,8 @@ def run(
     ``shuffle_seed`` submits the partitions in a shuffled order (the cube must not change).
     """
     clock = StageClock()
+    if not config.execution.scheduler:
+        start_worker_server()  # its imports overlap the planning below
     catalog, plan = plan_run(config, clock)
     if config.execution.device == "gpu" and not config.execution.scheduler:
         check_request("gpu", {"local": asdict(detect_gpu())})  # refuse before anything is written
@@ -297,7 +278,8 @@ def run(
     records: list[dict[str, Any]] = []
     exec_wall, threads, worker_names = 0.0, 1, list[str]()
     if todo:
-        records, exec_wall, threads, worker_names = _execute(config, todo, ctx, progress)
+        crs = tuple(sorted(set(catalog.tiles["crs"])))
+        records, exec_wall, threads, worker_names = _execute(config, todo, ctx, progress, crs)
 
     with clock.stage("finalize"):
         store_bytes = finalize_store(config.output.path)

@@ -51,16 +51,39 @@ def _worker_name() -> str:
         return f"local-{os.getpid()}"
 
 
-def warm_up(log_level: int | None = None) -> int:
-    """Import the I/O stack on a worker before its first task, so start-up is not timed as reading.
+def warm_up(log_level: int | None = None, ctx: TaskContext | None = None, crs: tuple[str, ...] = ()) -> int:
+    """Import the I/O stack on a worker and do each library's first-use set-up (GDAL's drivers, PROJ's
+    database, the codecs) before the first task, so start-up is not timed as reading or resampling.
 
     ``log_level``: for the local cluster's workers, the level their ``distributed`` log handlers print
-    at. A forked worker inherits the driver's log handlers; task errors are reported by the driver.
+    at. Task errors are reported by the driver. ``ctx``, ``crs``: the run's store (its arrays are
+    opened) and the tiles' CRSs (their transformers to and from the grid's are made).
     """
-    import rasterio  # noqa: F401
+    import numcodecs
+    import rasterio
     import rasterio.warp  # noqa: F401
     import zarr  # noqa: F401
+    from rasterio.io import MemoryFile
 
+    from pipeline.grid import transform_points
+
+    pixel = np.ones((1, 16, 16), dtype="uint16")
+    with MemoryFile() as mem, mem.open(driver="GTiff", width=16, height=16, count=1, dtype="uint16",
+                                       crs="EPSG:32632", transform=rasterio.Affine(20, 0, 0, 0, -20, 0),
+                                       compress="zstd", tiled=True, blockxsize=16, blockysize=16) as ds:  # fmt: skip
+        ds.write(pixel)
+        ds.read(1)
+    transform_points("EPSG:32631", "EPSG:32632", np.array([500_000.0]), np.array([5_000_000.0]))
+    numcodecs.Zstd(level=1).encode(pixel)
+    if ctx is not None:
+        from pipeline.warp import same_crs
+        from pipeline.write import open_array
+
+        for tile_crs in crs:
+            same_crs(tile_crs, ctx.grid_crs)
+            transform_points(ctx.grid_crs, tile_crs, np.array([0.0]), np.array([0.0]))
+        for band in ctx.bands:
+            open_array(ctx.store_path, band.name)
     if log_level is not None:
         logging.getLogger("distributed").setLevel(log_level)
     return os.getpid()

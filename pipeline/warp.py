@@ -36,13 +36,13 @@ def _crs(text: str) -> Any:
 
 
 @lru_cache(maxsize=1024)
-def _same_crs(a: str, b: str) -> bool:
+def same_crs(a: str, b: str) -> bool:
     return a == b or bool(_crs(a) == _crs(b))
 
 
 def _separable(src: SourceWindow, dst_transform: tuple[float, ...], dst_crs: str) -> bool:
     t = src.transform
-    return t[1] == 0 and t[3] == 0 and dst_transform[1] == 0 and dst_transform[3] == 0 and _same_crs(src.crs, dst_crs)
+    return t[1] == 0 and t[3] == 0 and dst_transform[1] == 0 and dst_transform[3] == 0 and same_crs(src.crs, dst_crs)
 
 
 @dataclass(frozen=True)

@@ -129,7 +129,7 @@ def create_store(plan: Plan, path: str, *, codec: str, level: int, config_hash: 
         raise StoreError(f"cannot create the output store {path}: {e}") from e
 
 
-def _open_array(path: str, band: str) -> tuple[Any, Callable[[np.ndarray], bytes] | None]:
+def open_array(path: str, band: str) -> tuple[Any, Callable[[np.ndarray], bytes] | None]:
     """The band's zarr array and its direct encoder, cached per process while its metadata file is the
     same: a store made again at the same path (``--overwrite``, another run on a long-lived worker, or
     a worker forked from a driver that wrote) is opened afresh."""
@@ -213,7 +213,7 @@ def _write_direct(arr: Any, encode: Callable[[np.ndarray], bytes], path: str, ba
 
 def write_chunk(path: str, band: str, t: int, window: tuple[int, int, int, int], data: np.ndarray) -> int:
     """Write one whole chunk; raise StoreError if the region is not chunk-aligned. Returns bytes."""
-    arr, encode = _open_array(path, band)
+    arr, encode = open_array(path, band)
     r0, c0, h, w = window
     _, ch, cw = arr.chunks
     _, height, width = arr.shape

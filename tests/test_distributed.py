@@ -93,13 +93,12 @@ def test_run_on_a_real_cluster_matches_local(tmp_path: Path, small_dir: Path, cl
     assert gpu.returncode == 2 and "no worker has a usable GPU" in gpu.stderr
 
 
-def test_local_workers_are_forked_on_linux_but_not_for_the_gpu() -> None:
+def test_local_workers_are_forked_from_a_fork_server_on_linux() -> None:
     import dask
 
-    from pipeline.execute import worker_start_method
+    from pipeline.workers import worker_start_method
 
     if sys.platform.startswith("linux"):
-        assert worker_start_method("auto") == worker_start_method("cpu") == "fork"
-    assert worker_start_method("gpu") == "spawn"  # CUDA, initialised by the driver's check, does not survive a fork
-    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
-        assert worker_start_method("cpu") == "forkserver"  # an explicit choice is kept
+        assert worker_start_method() == worker_start_method("spawn") == "forkserver"
+    with dask.config.set({"distributed.worker.multiprocessing-method": "fork"}):
+        assert worker_start_method() == "fork"  # an explicit choice is kept

@@ -140,12 +140,14 @@ def test_same_cube_whatever_the_submission_order(tmp_path: Path, small_dir: Path
 
 
 def _workers(pid: int) -> list[int]:
-    """The local cluster's worker processes: the driver's children (forked, or spawned on other
-    platforms), not multiprocessing's helper processes."""
+    """The local cluster's worker processes: the driver's descendants that are not multiprocessing's
+    helpers (the fork server they are forked from, the resource tracker)."""
     import psutil
 
     helpers = ("resource_tracker", "semaphore_tracker", "forkserver")
-    return [c.pid for c in psutil.Process(pid).children() if not any(h in " ".join(c.cmdline()) for h in helpers)]
+    procs = psutil.Process(pid).children(recursive=True)
+    helper_pids = {p.pid for p in procs if p.ppid() == pid and any(h in " ".join(p.cmdline()) for h in helpers)}
+    return [p.pid for p in procs if p.pid not in helper_pids]
 
 
 def test_worker_killed_mid_run_is_rescheduled(tmp_path: Path, small_dir: Path, clean_cube: Path) -> None:
