@@ -79,9 +79,7 @@ def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
     n = config.execution.workers or os.cpu_count() or 1
     n = max(1, min(n, n_partitions))
     settings: dict[str, Any] = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_MALLOC.items()}
-    settings["distributed.worker.multiprocessing-method"] = method = worker_start_method()
-    if method == "forkserver":
-        start_worker_server()  # already running when the CLI started it
+    settings["distributed.worker.multiprocessing-method"] = worker_start_method()  # its server started by run()
     with dask.config.set(settings):
         cluster = LocalCluster(
             n_workers=n,

@@ -57,7 +57,7 @@ def warm_up(log_level: int | None = None, ctx: TaskContext | None = None, crs: t
 
     ``log_level``: for the local cluster's workers, the level their ``distributed`` log handlers print
     at. Task errors are reported by the driver. ``ctx``, ``crs``: the run's store (its arrays are
-    opened) and the tiles' CRSs (their transformers to and from the grid's are made).
+    opened) and the tiles' CRSs (the transformers from the grid's CRS to theirs are made).
     """
     import numcodecs
     import rasterio
@@ -73,7 +73,6 @@ def warm_up(log_level: int | None = None, ctx: TaskContext | None = None, crs: t
                                        compress="zstd", tiled=True, blockxsize=16, blockysize=16) as ds:  # fmt: skip
         ds.write(pixel)
         ds.read(1)
-    transform_points("EPSG:32631", "EPSG:32632", np.array([500_000.0]), np.array([5_000_000.0]))
     numcodecs.Zstd(level=1).encode(pixel)
     if ctx is not None:
         from pipeline.warp import same_crs

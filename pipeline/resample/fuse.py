@@ -34,8 +34,9 @@ def valid_mask(array: Any, nodata: float, xp: Any = None) -> Any:
     return array != nodata
 
 
-def _fill(nodata: float, dtype: Any, xp: Any) -> Any:
-    return xp.asarray(nodata).astype(dtype) if not math.isnan(nodata) or dtype.kind == "f" else 0
+def nodata_fill(nodata: float, dtype: Any, xp: Any) -> Any:
+    """``nodata`` as a scalar of ``dtype``: 0 for an integer type whose nodata is NaN (none declared)."""
+    return xp.asarray(0 if math.isnan(nodata) and xp.dtype(dtype).kind != "f" else nodata).astype(dtype)
 
 
 class FirstValid:
@@ -68,7 +69,7 @@ class FirstValid:
         """Fill the empty pixels under ``part`` (placed at ``row``, ``col``) with its valid ones."""
         xp = get_xp(part)
         if self.out is None:
-            self.out = xp.full(self.shape, _fill(self.nodata, part.dtype, xp), dtype=part.dtype)
+            self.out = xp.full(self.shape, nodata_fill(self.nodata, part.dtype, xp), dtype=part.dtype)
             self.filled = xp.zeros(self.shape, dtype=bool)
         h, w = part.shape
         seen = self.filled[row : row + h, col : col + w]
@@ -90,7 +91,7 @@ def fuse_arrays(arrays: Sequence[Any], nodata: float, method: str) -> Any:
     first = arrays[0]
     if len(arrays) == 1:
         return first
-    out = xp.full(first.shape, _fill(nodata, first.dtype, xp), dtype=first.dtype)
+    out = xp.full(first.shape, nodata_fill(nodata, first.dtype, xp), dtype=first.dtype)
     filled = xp.zeros(first.shape, dtype=bool)
     if method == "mean":
         total = xp.zeros(first.shape, dtype="f8")

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.resample.coords import CoordMap, LineMap
-from pipeline.resample.fuse import get_xp, valid_mask
+from pipeline.resample.fuse import get_xp, nodata_fill, valid_mask
 
 __all__ = ["KERNEL_METHODS", "CoordMap", "LineMap", "block_factor", "resample"]
 
@@ -38,19 +38,15 @@ EPS = 1e-10
 DOWNSAMPLING = 0.95
 """Below this scale (destination pixels per source pixel) GDAL stretches the kernel over 1/scale pixels."""
 BLOCK_PX = 1 << 16
+"""Destination pixels per row block on the CPU: the intermediates stay in cache."""
 SPARSE_TAP = 0.5
 """A footprint's last tap is added only where it weighs anything when that is under this share of pixels."""
-"""Destination pixels per row block on the CPU: the intermediates stay in cache."""
 
 Taps = tuple[Any, list[Any]]
 """(first source index, [weight of tap k]): tap ``k`` reads index ``first + k``."""
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def _fill(nodata: float, dtype: Any, xp: Any) -> Any:
-    return xp.asarray(0 if math.isnan(nodata) and xp.dtype(dtype).kind != "f" else nodata).astype(dtype)
-
-
 def _work_dtype(dtype: Any, xp: Any) -> str:
     """float32 for 8/16-bit and float32 pixels (exact for their sums here), float64 otherwise."""
     d = xp.dtype(dtype)
@@ -69,7 +65,7 @@ def _finish(acc: Any, wsum: Any, nodata: float, dtype: Any, xp: Any) -> Any:
     if xp.dtype(dtype).kind in "iu":
         info = xp.iinfo(dtype)
         value = xp.clip(xp.floor(value + 0.5), info.min, info.max)  # GDAL rounds half up
-    return xp.where(ok, value, _fill(nodata, dtype, xp)).astype(dtype)
+    return xp.where(ok, value, nodata_fill(nodata, dtype, xp)).astype(dtype)
 
 
 def _pad(a: Any, p: int, value: Any, xp: Any, dtype: Any = None) -> Any:
@@ -174,7 +170,7 @@ def resample_nearest(src: Any, nodata: float, cmap: CoordMap) -> Any:
     xp = get_xp(src)
     h_s, w_s = src.shape
     h, w = cmap.shape_yx
-    fill = _fill(nodata, src.dtype, xp)
+    fill = nodata_fill(nodata, src.dtype, xp)
     if cmap.separable:  # outer indexing: one gather per pixel, no per-pixel coordinates
         xc, yc = cmap.centre_positions(xp)
         ix, iy = xp.floor(xc[0] + EPS).astype(xp.int64), xp.floor(yc[:, 0] + EPS).astype(xp.int64)
@@ -381,7 +377,7 @@ def _general_mean(src: Any, nodata: float, cmap: CoordMap, taps_for: Callable[[i
         block = _finish(acc, wsum, nodata, src.dtype, xp)
         if inside_test:
             xc, yc = cmap.centre_positions(xp, r0, r1, "f4")
-            block = xp.where(_inside(xc, yc, src.shape), block, _fill(nodata, src.dtype, xp))
+            block = xp.where(_inside(xc, yc, src.shape), block, nodata_fill(nodata, src.dtype, xp))
         out[r0:r1] = block
     return out
 
@@ -435,7 +431,7 @@ def _bilinear_general(src: Any, nodata: float, cmap: CoordMap, sx: float, sy: fl
         xc, yc = cmap.centre_positions(xp, r0, r1, "f4")
         acc, wsum = pixels.sums(_kernel_taps(yc, 1.0, "bilinear", xp, ft), _kernel_taps(xc, 1.0, "bilinear", xp, ft))
         block = _finish(acc, wsum, nodata, src.dtype, xp)
-        out[r0:r1] = xp.where(_inside(xc, yc, src.shape), block, _fill(nodata, src.dtype, xp))
+        out[r0:r1] = xp.where(_inside(xc, yc, src.shape), block, nodata_fill(nodata, src.dtype, xp))
     return out
 
 
@@ -446,7 +442,7 @@ def _interpolate(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any:
         xc, yc = cmap.centre_positions(xp)
         y_taps, x_taps = _kernel_taps(yc[:, 0], sy, method, xp), _kernel_taps(xc[0], sx, method, xp)
         out = _separable_mean(src, nodata, y_taps, x_taps, xp)
-        return xp.where(_inside(xc, yc, src.shape), out, _fill(nodata, src.dtype, xp))
+        return xp.where(_inside(xc, yc, src.shape), out, nodata_fill(nodata, src.dtype, xp))
     if method == "bilinear":
         return _bilinear_general(src, nodata, cmap, sx, sy)
     ft = _work_dtype(src.dtype, xp)
@@ -651,9 +647,9 @@ def _extreme(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any:
             best = values.copy() if best is None else pick(best, values, out=best)
         if shift:
             best += xp.asarray(shift, dtype=best.dtype)  # the sentinel wraps back to 0, nodata
-            out[r0:r1] = best if nodata == 0 else xp.where(best == 0, _fill(nodata, src.dtype, xp), best)
+            out[r0:r1] = best if nodata == 0 else xp.where(best == 0, nodata_fill(nodata, src.dtype, xp), best)
         else:
-            out[r0:r1] = xp.where(best == sentinel, _fill(nodata, src.dtype, xp), best).astype(src.dtype)
+            out[r0:r1] = xp.where(best == sentinel, nodata_fill(nodata, src.dtype, xp), best).astype(src.dtype)
     return out
 
 
@@ -683,7 +679,7 @@ def _ranked(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any:
         else:
             stack, rank = _mode_rank(stack, n_valid, xp)
         value = xp.take_along_axis(stack, xp.maximum(rank, 0)[..., None], axis=-1)[..., 0]
-        out[r0:r1] = xp.where(n_valid > 0, value, _fill(nodata, src.dtype, xp)).astype(src.dtype)
+        out[r0:r1] = xp.where(n_valid > 0, value, nodata_fill(nodata, src.dtype, xp)).astype(src.dtype)
     return out
 
 
