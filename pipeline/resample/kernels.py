@@ -60,12 +60,19 @@ def _row_blocks(h: int, w: int, xp: Any) -> Iterator[tuple[int, int]]:
 
 
 def _finish(acc: Any, wsum: Any, nodata: float, dtype: Any, xp: Any) -> Any:
+    """acc / wsum in ``dtype`` (integers rounded half up, as GDAL), nodata where no weight; ``acc`` is
+    overwritten. Where every pixel has weight (the usual case) no masks are formed at all."""
     ok = wsum > 1e-6
-    value = acc / xp.where(ok, wsum, 1.0)
+    if bool(ok.all()):
+        value, ok = xp.divide(acc, wsum, out=acc) if acc.dtype == xp.result_type(acc, wsum) else acc / wsum, None
+    else:
+        value = acc / xp.where(ok, wsum, 1.0)
     if xp.dtype(dtype).kind in "iu":
         info = xp.iinfo(dtype)
-        value = xp.clip(xp.floor(value + 0.5), info.min, info.max)  # GDAL rounds half up
-    return xp.where(ok, value, nodata_fill(nodata, dtype, xp)).astype(dtype)
+        value += 0.5  # GDAL rounds half up
+        xp.floor(value, out=value)
+        xp.clip(value, info.min, info.max, out=value)
+    return value.astype(dtype) if ok is None else xp.where(ok, value, nodata_fill(nodata, dtype, xp)).astype(dtype)
 
 
 def _pad(a: Any, p: int, value: Any, xp: Any, dtype: Any = None) -> Any:
@@ -148,18 +155,21 @@ def _footprint_taps(lo: Any, hi: Any, xp: Any) -> Taps:
 
     With ``u`` the footprint's end measured from its first pixel's left edge, tap ``k >= 1`` overlaps
     ``clip(u - k, 0, 1)`` and the first ``min(u, 1)`` less the part left of the footprint. Taps past
-    the source's edges read the zero padding of the gathers, so no clipping here.
+    the source's edges read the zero padding of the gathers, so no clipping here. (Clips with array-free
+    bounds: NumPy's minimum against a scalar is several times slower.)
     """
-    a, b = xp.minimum(lo, hi), xp.maximum(lo, hi)
-    first = xp.floor(a + EPS)
-    u = b - first
-    w0 = xp.minimum(u, 1.0) - (a - first)
+    a, u = xp.minimum(lo, hi), xp.maximum(lo, hi)
+    first = a + EPS
+    xp.floor(first, out=first)
+    u -= first
+    a -= first
+    w0 = xp.clip(u, -xp.inf, 1.0)
+    w0 -= a
     k_max = max(1, int(math.ceil(float(u.max()) - EPS))) if u.size else 1
     wts = [w0]
     for k in range(1, k_max):
         w = u - k
-        xp.maximum(w, 0.0, out=w)
-        xp.minimum(w, 1.0, out=w)
+        xp.clip(w, 0.0, 1.0, out=w)
         wts.append(w)
     return first.astype(xp.int64), wts
 
@@ -254,12 +264,12 @@ def _gather_mean(data: Any, valid: Any, pad: int, y_taps: Taps, x_taps: Taps, ft
     """
     hp, wp = data.shape
     (fy, wy), (fx, wx) = y_taps, x_taps
-    iy = xp.clip(fy, -len(wy), hp - 2 * pad) + pad
-    ix = xp.clip(fx, -len(wx), wp - 2 * pad) + pad
-    base = iy * wp + ix
+    iy = xp.clip(fy, -len(wy), hp - 2 * pad) + pad if pad else fy
+    ix = xp.clip(fx, -len(wx), wp - 2 * pad) + pad if pad else fx
+    base = iy * wp
+    base += ix
     separable = isinstance(valid, tuple)
     sources = [data.ravel()] if separable else [data.ravel(), valid.ravel()]
-    sums = [xp.zeros(base.shape, dtype=ft) for _ in sources]
     # A footprint a little over n pixels long reaches an (n+1)-th pixel only for some destination
     # pixels: that last tap is added for those pixels alone, not gathered for all of them. The sums are
     # formed in the same order as with every tap gathered (a tap of weight 0 adds exactly 0), so the
@@ -269,17 +279,27 @@ def _gather_mean(data: Any, valid: Any, pad: int, y_taps: Taps, x_taps: Taps, ft
     dense_x = wx[:-1] if sparse_x is not None else wx
     if sparse_x is not None:
         base_x, wx_last = base.ravel()[sparse_x] + len(wx) - 1, wx[-1].ravel()[sparse_x]
+    # Gathers into reused buffers and products written in place: no temporaries per tap.
+    picked = [xp.empty(base.shape, dtype=flat.dtype) for flat in sources]
+    term = xp.empty(base.shape, dtype=ft)
+    sums: list[Any] = [None for _ in sources]
     for ky, wyk in enumerate(dense_y):
-        rows = [xp.zeros(base.shape, dtype=ft) for _ in sources]
-        for kx, wxk in enumerate(dense_x):
-            off = ky * wp + kx  # an offset view instead of an index sum per tap
-            for row, flat in zip(rows, sources, strict=True):
-                row += wxk * xp.take(flat[off:], base)
-        if sparse_x is not None:
-            for row, flat in zip(rows, sources, strict=True):
+        for i, flat in enumerate(sources):
+            row: Any = None
+            for kx, wxk in enumerate(dense_x):
+                xp.take(flat[ky * wp + kx :], base, out=picked[i])  # an offset view, not an index sum
+                if row is None:
+                    row = xp.multiply(wxk, picked[i], dtype=ft)
+                else:
+                    xp.multiply(wxk, picked[i], out=term, dtype=ft)
+                    row += term
+            if sparse_x is not None:
                 row.ravel()[sparse_x] += wx_last * xp.take(flat[ky * wp :], base_x)
-        for total, row in zip(sums, rows, strict=True):
-            total += wyk * row
+            row *= wyk
+            if sums[i] is None:
+                sums[i] = row
+            else:
+                sums[i] += row
     if sparse_y is not None:
         b = base.ravel()[sparse_y] + (len(wy) - 1) * wp
         w_cols = [wk.ravel()[sparse_y] for wk in wx]
@@ -301,9 +321,10 @@ def _sparse_tap(wts: list[Any], xp: Any) -> Any:
     """Flat indices of the pixels whose last tap weighs anything, when they are few (else None)."""
     if len(wts) < 2:
         return None
-    if int(xp.count_nonzero(wts[-1])) > SPARSE_TAP * wts[-1].size:
+    reaches = wts[-1] != 0
+    if int(xp.count_nonzero(reaches)) > SPARSE_TAP * reaches.size:
         return None
-    return xp.flatnonzero(wts[-1])
+    return xp.flatnonzero(reaches)
 
 
 def _profile_sum(profile: Any, first: Any, wts: list[Any], pad: int, xp: Any) -> Any:
@@ -316,8 +337,14 @@ def _profile_sum(profile: Any, first: Any, wts: list[Any], pad: int, xp: Any) ->
     flat = n > 0 and bool((inner == c).all())
     total: Any = None
     for k, wk in enumerate(wts):
-        term = wk * c if flat and lo + k >= 0 and hi + k < n else wk * xp.take(profile[k:], first)
-        total = term if total is None else total + term
+        if flat and lo + k >= 0 and hi + k < n:
+            term = wk if c == 1.0 else wk * c  # w * 1 is w: no pass at all
+        else:
+            term = wk * xp.take(profile[k:], first)
+        if total is None:
+            total = term.copy() if term is wk else term
+        else:
+            total += term
     return total
 
 
