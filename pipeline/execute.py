@@ -200,7 +200,8 @@ def _execute(
         info = client.scheduler_info(n_workers=-1)["workers"]
         worker_names = [str(w.get("name", a)) for a, w in info.items()]
         threads = sum(int(w.get("nthreads", 1)) for w in info.values()) or 1
-        client.run(warm_up, None if config.execution.scheduler else _worker_log_level(), ctx, crs)
+        local = not config.execution.scheduler
+        client.run(warm_up, _worker_log_level() if local else None, ctx, crs, local)
         decisions = _decide_devices(client, config, todo, ctx)
         gpu_resources = any("GPU" in (w.get("resources") or {}) for w in info.values())
         t_exec = time.perf_counter()

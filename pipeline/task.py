@@ -51,14 +51,21 @@ def _worker_name() -> str:
         return f"local-{os.getpid()}"
 
 
-def warm_up(log_level: int | None = None, ctx: TaskContext | None = None, crs: tuple[str, ...] = ()) -> int:
+def warm_up(
+    log_level: int | None = None, ctx: TaskContext | None = None, crs: tuple[str, ...] = (), local: bool = False
+) -> int:
     """Import the I/O stack on a worker and do each library's first-use set-up (GDAL's drivers, PROJ's
     database, the codecs) before the first task, so start-up is not timed as reading or resampling.
 
     ``log_level``: for the local cluster's workers, the level their ``distributed`` log handlers print
     at. Task errors are reported by the driver. ``ctx``, ``crs``: the run's store (its arrays are
-    opened) and the tiles' CRSs (the transformers from the grid's CRS to theirs are made).
+    opened) and the tiles' CRSs (the transformers from the grid's CRS to theirs are made). ``local``:
+    a worker of the run's own cluster, whose allocator is tuned (:func:`pipeline.workers.tune_malloc`).
     """
+    if local:
+        from pipeline.workers import tune_malloc
+
+        tune_malloc()
     import numcodecs
     import rasterio
     import rasterio.warp  # noqa: F401

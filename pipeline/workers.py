@@ -23,11 +23,31 @@ WORKER_PRELOAD = ("numpy", "numcodecs", "rasterio", "rasterio.warp", "zarr", "di
 """Modules the fork server imports once for every worker."""
 
 WORKER_MALLOC = {"MALLOC_TRIM_THRESHOLD_": 64 << 20, "MALLOC_MMAP_THRESHOLD_": 16 << 20}
-"""glibc settings for spawned local worker processes (forked ones keep the fork server's defaults).
-Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536, which also freezes glibc's mmap threshold at 128 KiB:
-every array temporary of a row block is then a fresh mmap and page faults, and resampling ran 3.3x
-slower (measured; README, Performance). Heap-allocating below 16 MiB and trimming above 64 MiB keeps
-both speed and a bounded footprint."""
+"""glibc's allocator settings for local workers: heap-allocate below 16 MiB, trim above 64 MiB.
+Kernels make many array temporaries of a few hundred KiB per row block. With glibc's defaults (or
+Dask's nanny's MALLOC_TRIM_THRESHOLD_=65536, which also freezes the mmap threshold at 128 KiB) each
+is a fresh mmap or a trimmed heap top and page-faults on first touch: the cross-CRS average kernel
+ran 8x slower per call that way, and resampling 3.3x slower in a run (measured; README,
+Performance). Spawned workers get them as environment variables; forked ones through
+:func:`tune_malloc`, since glibc reads its environment only when a process starts."""
+
+_MALLOPT = {"MALLOC_TRIM_THRESHOLD_": -1, "MALLOC_MMAP_THRESHOLD_": -3}
+"""glibc's mallopt() parameter numbers (M_TRIM_THRESHOLD, M_MMAP_THRESHOLD)."""
+
+
+def tune_malloc() -> bool:
+    """Apply :data:`WORKER_MALLOC` to this process now (glibc only; False where it cannot)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return False
+    return all(mallopt(_MALLOPT[k], v) == 1 for k, v in WORKER_MALLOC.items())
+
 
 _CONFIG_ENV = "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD"
 

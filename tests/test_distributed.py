@@ -102,3 +102,19 @@ def test_local_workers_are_forked_from_a_fork_server_on_linux() -> None:
         assert worker_start_method() == worker_start_method("spawn") == "forkserver"
     with dask.config.set({"distributed.worker.multiprocessing-method": "fork"}):
         assert worker_start_method() == "fork"  # an explicit choice is kept
+
+
+def test_local_workers_tune_glibcs_allocator() -> None:
+    """Forked workers cannot take allocator settings from the environment; warm-up sets them by mallopt."""
+    import ctypes.util
+
+    from pipeline.task import warm_up
+    from pipeline.workers import tune_malloc
+
+    glibc = (
+        sys.platform.startswith("linux")
+        and ctypes.util.find_library("c") is not None
+        and os.confstr("CS_GNU_LIBC_VERSION")
+    )
+    assert tune_malloc() is bool(glibc)
+    assert warm_up(local=True) == os.getpid()
