@@ -16,10 +16,12 @@ import pickle
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # the driver plans with pandas; workers import this module for its task types only
+    import pandas as pd
 
 from pipeline.grid import GridSpec, compute_grid, offset_transform, transform_boxes, transform_points
 
@@ -478,7 +480,7 @@ def compute_plan(
     return Plan(
         grid=grid,
         bands=bands,
-        times=tuple(pd.Timestamp(t).strftime("%Y-%m-%dT%H:%M:%S") for t in times),
+        times=tuple(str(np.datetime64(t, "s")) for t in times),
         resampling=resampling,
         fuse=fuse,
         partitions=Partitions(tables, grid, bands, key_prefix),
