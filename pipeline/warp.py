@@ -20,6 +20,7 @@ from affine import Affine
 
 from pipeline.grid import transform_points
 from pipeline.plan import SourceWindow
+from pipeline.resample.coords import LineMap
 from pipeline.resample.fuse import valid_mask
 from pipeline.resample.kernels import CENTRE_METHODS, CoordMap, resample
 from pipeline.transform import approx_lines
@@ -76,21 +77,49 @@ def compute_coord_map(
         ye = (df + de * np.arange(h + 1) - sf) / se
         return CoordMap(shape_yx=(h, w), xe=xe, ye=ye, scale_xy=scale)
     grid = grid or RowSpan(tuple(dst_transform[:6]), w, 0, 0)
+    centres = method in CENTRE_METHODS
+    t = src.transform
+    if t[1] == 0 and t[3] == 0:
+        # A north-up source: its origin only shifts the positions, so one map serves every tile of this
+        # CRS and pixel size over the same part of the grid (every band and date of a tile): cached.
+        lines = _origin_free_lines(dst_crs, src.crs, t[0], t[4], grid, h, w, centres)
+        lines = lines.shifted(-t[2] / t[0], -t[5] / t[4])
+    else:
+        inv = ~Affine(*t[:6])
+        lines = _approx(dst_crs, src.crs, grid, h, w, centres,
+                        (inv.a, inv.b, inv.c, inv.d, inv.e, inv.f))  # fmt: skip
+    if centres:
+        return CoordMap(shape_yx=(h, w), centres=lines, scale_xy=scale)
+    return CoordMap(shape_yx=(h, w), corners=lines, scale_xy=scale)
+
+
+@lru_cache(maxsize=256)
+def _origin_free_lines(
+    dst_crs: str, src_crs: str, a: float, e: float, grid: RowSpan, h: int, w: int, centres: bool
+) -> LineMap:
+    """The line map of a north-up source whose origin is (0, 0): positions X / a, Y / e. A tile's map is
+    this shifted by its origin (:meth:`LineMap.shifted`), the same whichever tile filled the cache."""
+    return _approx(dst_crs, src_crs, grid, h, w, centres, (1.0 / a, 0.0, 0.0, 0.0, 1.0 / e, 0.0))
+
+
+def _approx(
+    dst_crs: str, src_crs: str, grid: RowSpan, h: int, w: int, centres: bool, inv: tuple[float, ...]
+) -> LineMap:
+    """GDAL's approximate transformer from grid pixels to source pixels (``inv``: georeferenced to
+    source pixels) over ``h`` rows and ``w`` columns of the grid from ``grid``'s offsets."""
     ga, gb, gc, gd, ge, gf = grid.transform[:6]
-    inv = ~Affine(*src.transform[:6])
+    ia, ib, ic, id_, ie, if_ = inv
 
     def exact(cols: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # GDAL's GenImgProj transformer: destination pixel -> georeferenced -> source CRS -> source pixel
-        x, y = transform_points(dst_crs, src.crs, gc + cols * ga + rows * gb, gf + cols * gd + rows * ge)
-        return inv.a * x + inv.b * y + inv.c, inv.d * x + inv.e * y + inv.f
+        x, y = transform_points(dst_crs, src_crs, gc + cols * ga + rows * gb, gf + cols * gd + rows * ge)
+        return ia * x + ib * y + ic, id_ * x + ie * y + if_
 
-    if method in CENTRE_METHODS:
+    if centres:
         rows = grid.row_off + np.arange(h) + 0.5
-        lines = approx_lines(exact, rows, grid.width, grid.col_off, grid.col_off + w, offset=0.5)
-        return CoordMap(shape_yx=(h, w), centres=lines, scale_xy=scale)
+        return approx_lines(exact, rows, grid.width, grid.col_off, grid.col_off + w, offset=0.5)
     rows = grid.row_off + np.arange(h + 1, dtype="f8")
-    lines = approx_lines(exact, rows, grid.width + 1, grid.col_off, grid.col_off + w + 1, offset=0.0)
-    return CoordMap(shape_yx=(h, w), corners=lines, scale_xy=scale)
+    return approx_lines(exact, rows, grid.width + 1, grid.col_off, grid.col_off + w + 1, offset=0.0)
 
 
 @lru_cache(maxsize=1024)

@@ -95,6 +95,34 @@ def test_cross_crs_coordinate_map_error_is_below_an_eighth_of_a_pixel(method: st
     assert 0 < err.max() <= 0.125
 
 
+def test_tiles_of_one_crs_and_pixel_size_share_a_map_whatever_the_order() -> None:
+    """A north-up tile's map is the cached origin-free map shifted by its origin: the same positions,
+    bit for bit, whichever tile of that CRS and pixel size was mapped first."""
+    from pipeline import warp
+
+    _, s = source(*CASES["cross-zone"])
+    t = s.transform
+    other = SourceWindow("mem2", -1, (0, 0, N, N), (t[0], 0.0, t[2] - 10_980.0, 0.0, t[4], t[5] + 5_490.0), s.crs, 0.0)
+    dt, shape = dst_grid("cross-zone", (300, 400))
+    grid = RowSpan(dt, 400, 0, 0)
+    maps = {}
+    for order in ((s, other), (other, s)):
+        warp._origin_free_lines.cache_clear()
+        for tile in order:
+            maps[(order[0].path, tile.path)] = compute_coord_map(tile, shape, dt, "EPSG:32632", "average", grid)
+    for tile in (s, other):
+        a = maps[(s.path, tile.path)].corners
+        b = maps[(other.path, tile.path)].corners
+        assert a is not None and b is not None
+        for got, ref in zip(a.positions(np), b.positions(np), strict=True):
+            np.testing.assert_array_equal(got, ref)
+        # and within a millionth of a pixel of the map made from the tile's own inverse geotransform
+        inv = ~Affine(*tile.transform)
+        direct = warp._approx("EPSG:32632", tile.crs, grid, *shape, False, (inv.a, inv.b, inv.c, inv.d, inv.e, inv.f))
+        for got, ref in zip(a.positions(np), direct.positions(np), strict=True):
+            assert np.abs(got - ref).max() < 1e-6
+
+
 def quadratic(a: float, b: float, c: float) -> Any:
     """A smooth non-linear 'projection' for the approximation's own tests."""
 

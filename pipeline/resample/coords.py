@@ -49,6 +49,10 @@ class LineMap:
         """The same map with its positions on ``xp`` (e.g. CuPy); the segment layout stays on the host."""
         return replace(self, **{k: xp.asarray(getattr(self, k)) for k in ("t0", "x0", "dx", "y0", "dy")})
 
+    def shifted(self, dx: float, dy: float) -> LineMap:
+        """The same map moved by (dx, dy) source pixels (a source with another origin)."""
+        return replace(self, x0=self.x0 + dx, y0=self.y0 + dy)
+
     def one_per_row(self) -> bool:
         return int(self.row_ptr.shape[0]) - 1 == int(self.count.shape[0])
 
