@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import logging
 import math
 import os
 import shutil
 import struct
 import threading
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -35,24 +35,65 @@ _arrays: dict[tuple[str, str], tuple[tuple[int, int] | None, Any, Callable[[np.n
 _arrays_lock = threading.Lock()
 
 
-def _compressors(codec: str, level: int) -> Any:
-    from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
-
+def _codecs_json(codec: str, level: int, dtype: np.dtype[Any]) -> list[dict[str, Any]]:
+    """The codec chain as Zarr v3 metadata, as zarr-python writes it (tested against it)."""
+    chain: list[dict[str, Any]] = [
+        {"name": "bytes"} if dtype.itemsize == 1 else {"name": "bytes", "configuration": {"endian": "little"}}
+    ]
     if codec == "zstd":
-        return [ZstdCodec(level=level)]
-    if codec == "blosc":
-        return [BloscCodec(cname="zstd", clevel=level, shuffle="bitshuffle")]
-    if codec == "gzip":
-        return [GzipCodec(level=level)]
-    return None
+        chain.append({"name": "zstd", "configuration": {"level": level, "checksum": False}})
+    elif codec == "gzip":
+        chain.append({"name": "gzip", "configuration": {"level": level}})
+    elif codec == "blosc":
+        chain.append({"name": "blosc", "configuration": {"typesize": dtype.itemsize, "cname": "zstd", "clevel": level,
+                                                        "shuffle": "bitshuffle", "blocksize": 0}})  # fmt: skip
+    return chain
+
+
+def _fill_json(value: Any, dtype: np.dtype[Any]) -> Any:
+    if dtype.kind == "f":
+        v = float(value)
+        return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity") if math.isinf(v) else v
+    return int(value)
+
+
+def _array_json(
+    shape: tuple[int, ...], dtype: np.dtype[Any], chunks: tuple[int, ...], fill: Any,
+    codecs: list[dict[str, Any]], dims: list[str] | None, attrs: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    meta: dict[str, Any] = {
+        "shape": list(shape),
+        "data_type": dtype.name,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(chunks)}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": _fill_json(fill, dtype),
+        "codecs": codecs,
+        "attributes": attrs,
+    }
+    if dims is not None:
+        meta["dimension_names"] = dims
+    meta.update(zarr_format=3, node_type="array", storage_transformers=[])
+    return meta
+
+
+def _write_json(path: str, doc: dict[str, Any]) -> None:
+    """Write a metadata document whole or not at all (a reader never sees half a file)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=2, allow_nan=False)
+    os.replace(tmp, path)
+
+
+def _root_json(path: str) -> dict[str, Any]:
+    with open(os.path.join(path, "zarr.json")) as f:
+        doc: dict[str, Any] = json.load(f)
+    return doc
 
 
 def store_is_complete(path: str) -> bool:
-    import zarr
-
     try:
-        return bool(zarr.open_group(path, mode="r").attrs.get("pipeline_complete", False))
-    except Exception:  # noqa: BLE001 - absent or unreadable: not complete
+        return bool(_root_json(path).get("attributes", {}).get("pipeline_complete", False))
+    except (OSError, ValueError):  # absent or unreadable: not complete
         return False
 
 
@@ -82,8 +123,6 @@ def create_store(plan: Plan, path: str, *, codec: str, level: int, config_hash: 
     layout ``xarray.open_zarr`` and rioxarray read: ``dimension_names``, CF ``time`` units, a
     ``spatial_ref`` grid mapping linked from every band.
     """
-    import zarr
-
     if os.path.exists(path):
         if not overwrite:
             raise ConfigError(
@@ -105,26 +144,36 @@ def create_store(plan: Plan, path: str, *, codec: str, level: int, config_hash: 
         "fuse": plan.fuse,
     }
     try:
-        group = zarr.create_group(store=path, zarr_format=3, attributes=attrs)
+        os.makedirs(path)
+        _write_json(os.path.join(path, "zarr.json"), {"attributes": attrs, "zarr_format": 3,
+                                                      "consolidated_metadata": None, "node_type": "group"})  # fmt: skip
         coords: dict[str, tuple[np.ndarray, dict[str, Any]]] = {
             "time": (seconds, {"units": "seconds since 1970-01-01", "calendar": "proleptic_gregorian"}),
             "y": (grid.y_coords(), {}),
             "x": (grid.x_coords(), {}),
         }
-        for name, (values, extra) in coords.items():
-            group.create_array(name, data=values, chunks=values.shape, dimension_names=[name], attributes=extra)
-        ref = group.create_array("spatial_ref", shape=(), dtype="int64", fill_value=0,
-                                 attributes=grid_mapping_attrs(grid.crs, grid.transform))  # fmt: skip
-        ref[...] = 0
+        for name, (values, extra) in coords.items():  # one uncompressed chunk each
+            values = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("<"))
+            os.makedirs(os.path.join(path, name, "c"))
+            _write_json(os.path.join(path, name, "zarr.json"),
+                        _array_json(values.shape, values.dtype, values.shape, 0, _codecs_json("none", 0, values.dtype),
+                                    [name], extra))  # fmt: skip
+            with open(os.path.join(path, name, "c", "0"), "wb") as f:
+                f.write(values.tobytes())
+        os.makedirs(os.path.join(path, "spatial_ref"))
+        i8 = np.dtype("int64")
+        _write_json(os.path.join(path, "spatial_ref", "zarr.json"),
+                    _array_json((), i8, (), 0, _codecs_json("zstd", 0, i8), None,
+                                grid_mapping_attrs(grid.crs, grid.transform)))  # fmt: skip
+        band_attrs = {"grid_mapping": "spatial_ref", "coordinates": "spatial_ref"}
         for b in plan.bands:
             dtype = np.dtype(b.dtype)
-            fill = np.nan if math.isnan(b.nodata) else dtype.type(b.nodata)
-            group.create_array(
-                b.name, shape=shape, dtype=dtype, chunks=(1, ch, cw), fill_value=fill,
-                compressors=_compressors(codec, level), dimension_names=["time", "y", "x"],
-                attributes={"_FillValue": _fill_attr(b.nodata, dtype), "grid_mapping": "spatial_ref",
-                            "coordinates": "spatial_ref"},
-            )  # fmt: skip
+            os.makedirs(os.path.join(path, b.name))
+            _write_json(os.path.join(path, b.name, "zarr.json"), _array_json(
+                shape, dtype, (1, ch, cw), np.nan if math.isnan(b.nodata) else b.nodata,
+                _codecs_json(codec, level, dtype), ["time", "y", "x"],
+                {"_FillValue": _fill_attr(b.nodata, dtype), **band_attrs},
+            ))  # fmt: skip
     except OSError as e:
         raise StoreError(f"cannot create the output store {path}: {e}") from e
 
@@ -251,27 +300,30 @@ def journal_record(path: str, key: str) -> None:
 
 def store_config(path: str) -> dict[str, Any]:
     """The attributes a previous run left: config hash and settings, completion."""
-    import zarr
-
     try:
-        return dict(zarr.open_group(path, mode="r").attrs)
-    except Exception as e:  # noqa: BLE001
+        return dict(_root_json(path)["attributes"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
         raise StoreError(f"{path} is not a store this tool can resume ({e}); use --overwrite") from e
 
 
 def finalize_store(path: str) -> int:
-    """Drop the journal, mark complete, consolidate metadata; return the store's size in bytes."""
-    import zarr
+    """Drop the journal, mark complete, consolidate metadata; return the store's size in bytes.
 
+    Consolidated metadata (zarr-python's extension to v3, which xarray reads in one request) is every
+    child's ``zarr.json`` inlined in the root's, as ``zarr.consolidate_metadata`` writes it (tested)."""
     try:
         shutil.rmtree(os.path.join(path, JOURNAL_DIR), ignore_errors=True)
-        group = zarr.open_group(path, mode="r+")
-        group.attrs["pipeline_complete"] = True
-        with warnings.catch_warnings():
-            # Consolidated metadata is a zarr-python extension to v3; xarray reads it, which is the point.
-            warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
-            zarr.consolidate_metadata(path)
-    except OSError as e:
+        root = _root_json(path)
+        root.setdefault("attributes", {})["pipeline_complete"] = True
+        children = {}
+        for name in sorted(os.listdir(path)):
+            meta = os.path.join(path, name, "zarr.json")
+            if os.path.isfile(meta):
+                with open(meta) as f:
+                    children[name] = json.load(f)
+        root["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": children}
+        _write_json(os.path.join(path, "zarr.json"), root)
+    except (OSError, ValueError) as e:
         raise StoreError(f"cannot finalise the output store {path}: {e}") from e
     return store_size(path)
 

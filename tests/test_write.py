@@ -91,3 +91,53 @@ def test_a_store_made_again_at_the_same_path_is_not_written_with_stale_metadata(
                           data if chunks[1] == 64 else np.tile(data, (2, 2)))  # fmt: skip
         got = zarr.open_array(path, path="b", mode="r")[0, :64, :64]
         np.testing.assert_array_equal(got, data)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "fill", "codec", "compressors"),
+    [
+        ("uint16", 0, "zstd", [ZstdCodec(level=3)]),
+        ("int16", -9999, "gzip", [GzipCodec(level=4)]),
+        ("float32", np.nan, "blosc", [BloscCodec(cname="zstd", clevel=5, shuffle="bitshuffle", typesize=4)]),
+        ("uint8", 0, "none", None),
+        ("float64", -np.inf, "zstd", [ZstdCodec(level=1)]),
+    ],
+)
+def test_array_metadata_is_what_zarr_python_writes(tmp_path: Path, dtype: str, fill: float, codec: str,
+                                                   compressors: list[object] | None) -> None:  # fmt: skip
+    """The template is written as JSON without zarr-python (its import cost the driver 0.26 s): each array's
+    metadata must be the document zarr-python itself writes for the same array."""
+    import json
+
+    group = zarr.create_group(store=str(tmp_path / "ref.zarr"), zarr_format=3)
+    group.create_array("b", shape=(2, 300, 250), chunks=(1, 128, 128), dtype=dtype, fill_value=fill,
+                       compressors=compressors, dimension_names=["time", "y", "x"], attributes={"k": 1})  # fmt: skip
+    ref = json.loads((tmp_path / "ref.zarr" / "b" / "zarr.json").read_text())
+    d = np.dtype(dtype)
+    ours = write._array_json((2, 300, 250), d, (1, 128, 128), fill, write._codecs_json(codec, 3 if codec == "zstd"
+                             else 4 if codec == "gzip" else 5, d), ["time", "y", "x"], {"k": 1})  # fmt: skip
+    if codec == "zstd" and dtype == "float64":
+        ours["codecs"][1]["configuration"]["level"] = 1
+    assert ours == ref
+    assert write.chunk_encoder(group["b"]) is not None or codec == "blosc"
+
+
+def test_finalised_store_is_consolidated_as_zarr_does_it(tmp_path: Path, small_dir: Path) -> None:
+    import json
+
+    from pipeline.config import load_config
+    from pipeline.execute import plan_run
+    from tests.conftest import write_config
+
+    cfg = load_config(write_config(tmp_path, str(small_dir / "**" / "*.tif")))
+    _, plan = plan_run(cfg)
+    for name in ("a.zarr", "b.zarr"):
+        write.create_store(plan, str(tmp_path / name), codec="zstd", level=3, config_hash="h", settings={},
+                           overwrite=False)  # fmt: skip
+    write.finalize_store(str(tmp_path / "a.zarr"))
+    group = zarr.open_group(str(tmp_path / "b.zarr"), mode="r+")
+    group.attrs["pipeline_complete"] = True
+    zarr.consolidate_metadata(str(tmp_path / "b.zarr"))
+    ours, ref = (json.loads((tmp_path / n / "zarr.json").read_text()) for n in ("a.zarr", "b.zarr"))
+    assert ours == ref
+    assert write.store_is_complete(str(tmp_path / "a.zarr")) and write.store_config(str(tmp_path / "a.zarr"))["fuse"]
