@@ -3,7 +3,9 @@
 Per method, output size (1024^2, 4096^2) and case (cross-CRS: 10 m zone 31 onto 20 m zone 32;
 same-CRS: 10 m onto 20 m, half-pixel offset), both engines run interleaved ``REPEATS`` times on
 identical inputs; medians and the kernels/GDAL speed ratio. ``aligned``: same CRS, shared pixel
-edges. Writes ``bench/results/kernels.json`` (``BENCH_SAVE_AS`` renames it). ``BENCH_METHODS``,
+edges. Each kernel call builds its coordinate map afresh (the pipeline's cache of maps shared by a
+tile's bands is cleared), and the process runs with the workers' allocator settings. Writes
+``bench/results/kernels.json`` (``BENCH_SAVE_AS`` renames it). ``BENCH_METHODS``,
 ``BENCH_SIZES``, ``BENCH_CASES`` and ``BENCH_REPEATS`` narrow or lengthen a run.
 """
 
@@ -25,7 +27,8 @@ from save import save_json  # noqa: E402  (bench/ is on sys.path when a script r
 from pipeline.grid import transform_points  # noqa: E402
 from pipeline.plan import SourceWindow  # noqa: E402
 from pipeline.resample.kernels import KERNEL_METHODS  # noqa: E402
-from pipeline.warp import warp_window  # noqa: E402
+from pipeline.warp import _origin_free_lines, warp_window  # noqa: E402
+from pipeline.workers import tune_malloc  # noqa: E402
 
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 METHODS = tuple(os.environ.get("BENCH_METHODS", ",".join(KERNEL_METHODS)).split(","))
@@ -53,6 +56,7 @@ def case(name: str, n_out: int) -> tuple[np.ndarray, SourceWindow, tuple[float, 
 
 
 def main() -> None:
+    tune_malloc()  # the allocator settings the pipeline's workers run with
     rows = []
     for n in SIZES:
         for name in CASES:
@@ -61,6 +65,7 @@ def main() -> None:
                 times: dict[str, list[float]] = {"kernels": [], "gdal": []}
                 for _ in range(REPEATS):
                     for engine in ("kernels", "gdal"):
+                        _origin_free_lines.cache_clear()  # each call maps afresh, as GDAL does
                         t = time.perf_counter()
                         warp_window(src, win, (n, n), dst, "EPSG:32632", 0.0, method, engine=engine)
                         times[engine].append(time.perf_counter() - t)
