@@ -115,8 +115,9 @@ def _leave(code: int) -> None:
     if sys.stdout is not sys.__stdout__ or sys.stderr is not sys.__stderr__:
         sys.exit(code)
     logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
     os._exit(code)
 
 

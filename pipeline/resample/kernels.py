@@ -413,13 +413,14 @@ def _tent_prefilter(a: Any, stretch: int, axis: int, xp: Any) -> Any:
     """``a`` convolved with the discrete tent 1 - |k|/stretch along ``axis`` (zeros beyond the edges)."""
     n = a.shape[axis] if a.ndim > 1 else a.shape[0]
     out = a.copy()
+    scaled = xp.empty_like(a)
     for k in range(1, stretch):
-        wk = 1.0 - k / stretch
+        xp.multiply(a, 1.0 - k / stretch, out=scaled)  # each product once: it serves both neighbours
         lo = [slice(None)] * a.ndim
         hi = [slice(None)] * a.ndim
         lo[axis], hi[axis] = slice(0, n - k), slice(k, n)
-        out[tuple(lo)] += wk * a[tuple(hi)]
-        out[tuple(hi)] += wk * a[tuple(lo)]
+        out[tuple(lo)] += scaled[tuple(hi)]
+        out[tuple(hi)] += scaled[tuple(lo)]
     return out
 
 
