@@ -60,19 +60,24 @@ def _row_blocks(h: int, w: int, xp: Any) -> Iterator[tuple[int, int]]:
 
 
 def _finish(acc: Any, wsum: Any, nodata: float, dtype: Any, xp: Any) -> Any:
-    """acc / wsum in ``dtype`` (integers rounded half up, as GDAL), nodata where no weight; ``acc`` is
+    """acc / wsum in ``dtype`` (integers rounded half up, as GDAL), nodata where no weight; ``acc`` may be
     overwritten. Where every pixel has weight (the usual case) no masks are formed at all."""
     ok = wsum > 1e-6
-    if bool(ok.all()):
-        value, ok = xp.divide(acc, wsum, out=acc) if acc.dtype == xp.result_type(acc, wsum) else acc / wsum, None
-    else:
+    everywhere = bool(ok.all())
+    if not everywhere:
         value = acc / xp.where(ok, wsum, 1.0)
+    elif acc.dtype == xp.result_type(acc, wsum):
+        value = xp.divide(acc, wsum, out=acc)
+    else:
+        value = acc / wsum
     if xp.dtype(dtype).kind in "iu":
         info = xp.iinfo(dtype)
         value += 0.5  # GDAL rounds half up
         xp.floor(value, out=value)
         xp.clip(value, info.min, info.max, out=value)
-    return value.astype(dtype) if ok is None else xp.where(ok, value, nodata_fill(nodata, dtype, xp)).astype(dtype)
+    if everywhere:
+        return value.astype(dtype)
+    return xp.where(ok, value, nodata_fill(nodata, dtype, xp)).astype(dtype)
 
 
 def _pad(a: Any, p: int, value: Any, xp: Any, dtype: Any = None) -> Any:
