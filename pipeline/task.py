@@ -69,7 +69,6 @@ def warm_up(
     import numcodecs
     import rasterio
     import rasterio.warp  # noqa: F401
-    import zarr  # noqa: F401
     from rasterio.io import MemoryFile
 
     from pipeline.grid import transform_points

@@ -20,6 +20,7 @@ import shutil
 import struct
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,7 @@ from pipeline.plan import Plan
 logger = logging.getLogger(__name__)
 JOURNAL_DIR = ".pipeline-journal"
 """Inside the store while it is incomplete: one empty file per finished partition."""
-_arrays: dict[tuple[str, str], tuple[tuple[int, int] | None, Any, Callable[[np.ndarray], bytes] | None]] = {}
+_arrays: dict[tuple[str, str], tuple[tuple[int, int] | None, BandArray]] = {}
 _arrays_lock = threading.Lock()
 
 
@@ -178,43 +179,76 @@ def create_store(plan: Plan, path: str, *, codec: str, level: int, config_hash: 
         raise StoreError(f"cannot create the output store {path}: {e}") from e
 
 
-def open_array(path: str, band: str) -> tuple[Any, Callable[[np.ndarray], bytes] | None]:
-    """The band's zarr array and its direct encoder, cached per process while its metadata file is the
-    same: a store made again at the same path (``--overwrite``, another run on a long-lived worker, or
-    a worker forked from a driver that wrote) is opened afresh."""
-    import zarr
+@dataclass
+class BandArray:
+    """One band array as the workers write it: its layout from ``zarr.json`` and how to encode a chunk."""
 
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    dtype: np.dtype[Any]
+    fill: Any
+    encode: Callable[[np.ndarray], bytes] | None
+    """The codec chain as one function (:func:`chunk_encoder`); None: written through zarr-python."""
+    zarr_array: Any = None
+    """zarr-python's array, opened on the first write where ``encode`` is None."""
+
+
+def open_array(path: str, band: str) -> BandArray:
+    """The band's layout and chunk encoder, read from its ``zarr.json`` (no zarr-python: its import was
+    ~0.2 s of every worker's start), cached per process while that file is the same: a store made again
+    at the same path (``--overwrite``, another run on a long-lived worker, or a worker forked from a
+    driver that wrote) is read afresh."""
     key = (path, band)
+    meta_path = os.path.join(path, band, "zarr.json")
     try:
-        st = os.stat(os.path.join(path, band, "zarr.json"))
+        st = os.stat(meta_path)
         stamp: tuple[int, int] | None = (st.st_ino, st.st_mtime_ns)
     except OSError:
         stamp = None
     with _arrays_lock:
         hit = _arrays.get(key)
         if hit is None or hit[0] != stamp or stamp is None:
-            arr = zarr.open_array(path, path=band, mode="r+")
-            hit = _arrays[key] = (stamp, arr, chunk_encoder(arr))
-    return hit[1], hit[2]
+            try:
+                with open(meta_path) as f:
+                    meta = json.load(f)
+                arr = BandArray(
+                    shape=tuple(meta["shape"]),
+                    chunks=tuple(meta["chunk_grid"]["configuration"]["chunk_shape"]),
+                    dtype=np.dtype(meta["data_type"]),
+                    fill=_fill_value(meta["fill_value"], np.dtype(meta["data_type"])),
+                    encode=chunk_encoder(meta),
+                )  # fmt: skip
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise StoreError(f"{path}/{band} is not an array of this store ({e}); rerun with --overwrite") from e
+            hit = _arrays[key] = (stamp, arr)
+    return hit[1]
 
 
-def chunk_encoder(arr: Any) -> Callable[[np.ndarray], bytes] | None:
-    """The array's codec chain as one function, where this module can run it directly: bytes
-    (little-endian) then at most one zstd or gzip compressor, default chunk keys with ``/``, no
-    sharding. Else None, and chunks go through zarr's own write path.
+def _fill_value(value: Any, dtype: np.dtype[Any]) -> Any:
+    """The inverse of :func:`_fill_json` (Zarr v3 spells non-finite floats as strings)."""
+    if dtype.kind == "f" and isinstance(value, str):
+        return {"NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}[value]
+    return dtype.type(value)
+
+
+def chunk_encoder(meta: dict[str, Any]) -> Callable[[np.ndarray], bytes] | None:
+    """The codec chain of an array's ``zarr.json`` as one function, where this module can run it
+    directly: Zarr v3, a regular chunk grid, bytes (little-endian) then at most one zstd or gzip
+    compressor, default chunk keys with ``/``, no sharding or storage transformers. Else None, and
+    chunks go through zarr-python's own write path.
 
     zarr-python's write path costs ~7 ms per 512 KB chunk against ~3 ms to compress it (an async
     round trip per chunk); a whole-chunk write needs none of it (README, Performance).
     """
     import numcodecs
 
-    meta = arr.metadata
-    if getattr(meta, "zarr_format", None) != 3:
+    if meta.get("zarr_format") != 3 or meta.get("storage_transformers"):
         return None
-    key_encoding = meta.chunk_key_encoding.to_dict()
-    if key_encoding != {"name": "default", "configuration": {"separator": "/"}}:
+    if meta.get("chunk_grid", {}).get("name") != "regular":
         return None
-    codecs = [c.to_dict() for c in meta.codecs]
+    if meta.get("chunk_key_encoding") != {"name": "default", "configuration": {"separator": "/"}}:
+        return None
+    codecs = meta.get("codecs") or []
     # Single-byte types have no endianness, and their bytes codec no configuration.
     if not codecs or codecs[0] not in ({"name": "bytes", "configuration": {"endian": "little"}}, {"name": "bytes"}):
         return None
@@ -232,13 +266,13 @@ def chunk_encoder(arr: Any) -> Callable[[np.ndarray], bytes] | None:
     return lambda a: bytes(codec.encode(a))
 
 
-def _write_direct(arr: Any, encode: Callable[[np.ndarray], bytes], path: str, band: str,
+def _write_direct(arr: BandArray, encode: Callable[[np.ndarray], bytes], path: str, band: str,
                   t: int, r0: int, c0: int, data: np.ndarray) -> None:  # fmt: skip
     """One whole chunk as zarr writes it: edge chunks padded to full size with the fill value, and a
     chunk that is all fill value not stored (zarr's ``write_empty_chunks=False``; an old one is removed)."""
     _, ch, cw = arr.chunks
-    dtype = np.dtype(arr.dtype).newbyteorder("<")
-    fill = arr.metadata.fill_value
+    dtype = arr.dtype.newbyteorder("<")
+    fill = arr.fill
     if data.shape == (ch, cw):
         block = np.ascontiguousarray(data, dtype=dtype)
     else:
@@ -262,7 +296,7 @@ def _write_direct(arr: Any, encode: Callable[[np.ndarray], bytes], path: str, ba
 
 def write_chunk(path: str, band: str, t: int, window: tuple[int, int, int, int], data: np.ndarray) -> int:
     """Write one whole chunk; raise StoreError if the region is not chunk-aligned. Returns bytes."""
-    arr, encode = open_array(path, band)
+    arr = open_array(path, band)
     r0, c0, h, w = window
     _, ch, cw = arr.chunks
     _, height, width = arr.shape
@@ -270,10 +304,14 @@ def write_chunk(path: str, band: str, t: int, window: tuple[int, int, int, int],
     if not aligned or data.shape != (h, w):
         raise StoreError(f"{path}/{band}: write of rows {r0}:{r0 + h} cols {c0}:{c0 + w} is not one whole chunk")
     try:
-        if encode is None:
-            arr[t, r0 : r0 + h, c0 : c0 + w] = data
+        if arr.encode is None:
+            if arr.zarr_array is None:
+                import zarr
+
+                arr.zarr_array = zarr.open_array(path, path=band, mode="r+")
+            arr.zarr_array[t, r0 : r0 + h, c0 : c0 + w] = data
         else:
-            _write_direct(arr, encode, path, band, t, r0, c0, data)
+            _write_direct(arr, arr.encode, path, band, t, r0, c0, data)
     except OSError as e:  # read-only or full destination
         raise StoreError(f"cannot write chunk ({band}, t={t}, rows {r0}, cols {c0}) to {path}: {e}") from e
     return int(data.nbytes)
