@@ -55,11 +55,10 @@ def _exits(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _load(config_path: str, sets: tuple[str, ...], extra: dict[str, Any] | None = None) -> Any:
+def _load(config_path: str, sets: tuple[str, ...]) -> Any:
     from pipeline.config import load_config
 
-    overrides = list(sets) + [f"{k}={v}" for k, v in (extra or {}).items() if v is not None]
-    return load_config(config_path, overrides)
+    return load_config(config_path, sets)
 
 
 set_option = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a config key.")
@@ -94,9 +93,12 @@ def run(config: str, sets: tuple[str, ...], workers: int | None, scheduler: str 
     extra = {"execution.workers": workers, "execution.scheduler": scheduler, "execution.device": device}
     if report_path:
         extra["report.path"] = os.path.abspath(report_path)
-    cfg = _load(config, sets, extra)
-    if not cfg.execution.scheduler:
+    from pipeline.config import read_config, uses_scheduler, validate
+
+    raw = read_config(config, list(sets) + [f"{k}={v}" for k, v in extra.items() if v is not None])
+    if not uses_scheduler(raw):
         start_worker_server()  # the local workers' imports, on another core, while this process imports and plans
+    cfg = validate(raw, source=config)
     from pipeline.execute import run as run_pipeline
     from pipeline.report import format_report
 

@@ -21,9 +21,7 @@ from typing import Any
 import yaml
 
 from pipeline.errors import ConfigError
-from pipeline.resample.kernels import KERNEL_METHODS
 
-RESAMPLING_METHODS = KERNEL_METHODS
 FUSE_METHODS = ("first", "last", "min", "max", "mean")
 ENGINES = ("auto", "kernels", "gdal")
 CODECS = ("zstd", "blosc", "gzip", "none")
@@ -151,6 +149,11 @@ class Config:
 
 def load_config(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read a YAML config, apply ``KEY=VALUE`` overrides, validate, resolve paths."""
+    return validate(read_config(path, overrides), source=str(path))
+
+
+def read_config(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """The config file's mapping with paths resolved and overrides applied, not yet validated."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -166,7 +169,13 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | tuple[str, 
     raw = _resolve_paths(raw, base)
     for item in overrides:
         raw = apply_override(raw, item)
-    return validate(raw, source=str(path))
+    return raw
+
+
+def uses_scheduler(raw: dict[str, Any]) -> bool:
+    """Whether an unvalidated config names an existing Dask scheduler (``execution.scheduler``)."""
+    execution = raw.get("execution")
+    return isinstance(execution, dict) and bool(execution.get("scheduler"))
 
 
 def apply_override(raw: dict[str, Any], item: str) -> dict[str, Any]:
@@ -236,6 +245,14 @@ def _merge_defaults(raw: dict[str, Any]) -> dict[str, Any]:
     return merge(DEFAULTS, raw, "")
 
 
+def _resampling_methods() -> tuple[str, ...]:
+    """The kernels' methods, imported when a config is validated: :func:`read_config` imports no numpy,
+    so ``pipeline run`` starts its workers' fork server before it."""
+    from pipeline.resample.kernels import KERNEL_METHODS
+
+    return KERNEL_METHODS
+
+
 def _choice(value: Any, key: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ConfigError(key, f"must be one of {' | '.join(choices)}, got {value!r}")
@@ -284,7 +301,7 @@ def _gpu_profile(value: Any) -> dict[str, Any] | None:
         if not isinstance(rates, dict):
             raise ConfigError(f"{key}.{part}", "must map a method to Mpx/s")
         for method, rate in rates.items():
-            _choice(method, f"{key}.{part}", RESAMPLING_METHODS)
+            _choice(method, f"{key}.{part}", _resampling_methods())
             _pos_number(rate, f"{key}.{part}.{method}")
     return dict(value)
 
@@ -349,7 +366,7 @@ def validate(raw: dict[str, Any], source: str | None = None) -> Config:
             raise ConfigError("grid.bounds", f"needs xmin < xmax and ymin < ymax, got {bounds}")
         bounds = tuple(float(b) for b in bounds)
 
-    resampling = _choice(c["resampling"], "resampling", RESAMPLING_METHODS)
+    resampling = _choice(c["resampling"], "resampling", _resampling_methods())
     engine = _choice(c["resampling_engine"], "resampling_engine", ENGINES)
     fuse = _choice(c["fuse"], "fuse", FUSE_METHODS)
 
