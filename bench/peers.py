@@ -41,7 +41,8 @@ def grid_and_tiles() -> tuple[dict, list[dict]]:
     g = plan.grid
     grid = {"crs": g.crs, "transform": list(g.transform), "shape": list(g.shape_yx), "bounds": list(g.bounds)}
     cols = ["path", "band", "tile", "crs", "a", "b", "c", "d", "e", "f", "width", "height"]
-    tiles = catalog.tiles[cols].assign(date=catalog.tiles["date"].dt.strftime("%Y-%m-%d")).to_dict("records")
+    frame = catalog.tiles.to_pandas()
+    tiles = frame[cols].assign(date=frame["date"].dt.strftime("%Y-%m-%d")).to_dict("records")
     return grid, tiles
 
 

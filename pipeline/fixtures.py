@@ -219,8 +219,9 @@ def write_virtual_index(
     """
     import dataclasses
 
-    import pandas as pd
     import yaml
+
+    from pipeline.catalog import INDEX_COLUMNS, TileTable, write_index
 
     base = PRESETS[preset]
     nx, ny = _grid_for(count, 2 * len(base.bands) * len(base.dates))
@@ -245,8 +246,8 @@ def write_virtual_index(
                     "size": int(n * n * 2 * 0.44), "mtime": 0,
                 })  # fmt: skip
     index = root / "index.parquet"
-    table = pd.DataFrame.from_records(rows)
-    table.to_parquet(index, index=False)
+    table = TileTable.from_records(rows, INDEX_COLUMNS)
+    write_index(str(index), table)
     config = root / "config.yaml"
     config.write_text(yaml.safe_dump({
         "inputs": {

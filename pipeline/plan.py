@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-if TYPE_CHECKING:  # the driver plans with pandas; workers import this module for its task types only
-    import pandas as pd
+if TYPE_CHECKING:  # workers import this module for its task types only
+    from pipeline.catalog import TileTable
 
 from pipeline.grid import GridSpec, compute_grid, offset_transform, transform_boxes, transform_points
 
@@ -282,41 +282,43 @@ class Plan:
     """Tiles read at each overview level ("full", "overview 0", ...)."""
 
 
-def compute_band_specs(tiles: pd.DataFrame, bands_order: tuple[str, ...] | None) -> tuple[BandSpec, ...]:
-    names = list(bands_order) if bands_order else sorted(tiles["band"].unique())
+def compute_band_specs(tiles: TileTable, bands_order: tuple[str, ...] | None) -> tuple[BandSpec, ...]:
+    groups = tiles.groups("band")
+    names = list(bands_order) if bands_order else sorted(groups)
     specs = []
     for name in names:
-        group = tiles[tiles["band"] == name]
-        dtype = str(group["dtype"].iloc[0])
-        nodatas = group["nodata"].dropna()
+        rows = groups[name]
+        dtype = str(tiles["dtype"][rows[0]])
+        nodatas = tiles["nodata"][rows]
+        nodatas = nodatas[~np.isnan(nodatas)]
         if len(nodatas):
-            nodata = float(nodatas.iloc[0])
+            nodata = float(nodatas[0])
         else:
             nodata = float("nan") if np.dtype(dtype).kind == "f" else 0.0
         specs.append(BandSpec(name=name, dtype=dtype, nodata=nodata))
     return tuple(specs)
 
 
-def compute_footprints(tiles: pd.DataFrame, dst_crs: str) -> np.ndarray:
+def compute_footprints(tiles: TileTable, dst_crs: str) -> np.ndarray:
     """Each tile's bounding box in ``dst_crs``, shape (N, 4)."""
     out = np.full((len(tiles), 4), np.nan)
-    boxes = tiles[["xmin", "ymin", "xmax", "ymax"]].to_numpy("f8")
-    for crs, idx in tiles.groupby("crs").indices.items():
+    boxes = np.column_stack([tiles[c] for c in ("xmin", "ymin", "xmax", "ymax")]).astype("f8")
+    for crs, idx in tiles.groups("crs").items():
         out[idx] = transform_boxes(crs, dst_crs, boxes[idx], n=11)
     return out
 
 
-def compute_levels(tiles: pd.DataFrame, grid_crs: str, res_xy: tuple[float, float], method: str) -> np.ndarray:
+def compute_levels(tiles: TileTable, grid_crs: str, res_xy: tuple[float, float], method: str) -> np.ndarray:
     """Overview level per tile: the coarsest not coarser than the target pixel (-1: full resolution)."""
     levels = np.full(len(tiles), -1, dtype=np.int64)
     if method not in OVERVIEW_METHODS:
         return levels
-    a = tiles["a"].to_numpy("f8")
-    e = tiles["e"].to_numpy("f8")
-    cx = (tiles["xmin"].to_numpy("f8") + tiles["xmax"].to_numpy("f8")) / 2
-    cy = (tiles["ymin"].to_numpy("f8") + tiles["ymax"].to_numpy("f8")) / 2
+    a = tiles["a"].astype("f8")
+    e = tiles["e"].astype("f8")
+    cx = (tiles["xmin"].astype("f8") + tiles["xmax"].astype("f8")) / 2
+    cy = (tiles["ymin"].astype("f8") + tiles["ymax"].astype("f8")) / 2
     scale = np.ones(len(tiles))  # grid units per source unit, locally at the tile centre
-    for crs, idx in tiles.groupby("crs").indices.items():
+    for crs, idx in tiles.groups("crs").items():
         if crs == grid_crs:
             continue
         u = np.abs(a[idx]) * 10
@@ -329,7 +331,7 @@ def compute_levels(tiles: pd.DataFrame, grid_crs: str, res_xy: tuple[float, floa
         scale[idx] = np.sqrt(np.abs(j11 * j22 - j12 * j21))
     target_src = math.sqrt(res_xy[0] * res_xy[1]) / scale
     src_res = np.sqrt(np.abs(a * e))
-    width, height = tiles["width"].to_numpy("f8"), tiles["height"].to_numpy("f8")
+    width, height = tiles["width"].astype("f8"), tiles["height"].astype("f8")
     factors = _factor_matrix(tiles)
     for lvl in range(factors.shape[1]):
         f = factors[:, lvl]
@@ -340,9 +342,9 @@ def compute_levels(tiles: pd.DataFrame, grid_crs: str, res_xy: tuple[float, floa
     return levels
 
 
-def _factor_matrix(tiles: pd.DataFrame) -> np.ndarray:
+def _factor_matrix(tiles: TileTable) -> np.ndarray:
     """Overview factors as a (tiles, max levels) int matrix, 0 where a tile has fewer levels."""
-    lists = tiles["overviews"].to_numpy()
+    lists = tiles["overviews"]
     depth = max((len(v) for v in lists), default=0)
     out = np.zeros((len(lists), depth), dtype=np.int64)
     for k, v in enumerate(lists):
@@ -350,11 +352,11 @@ def _factor_matrix(tiles: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def level_transforms(tiles: pd.DataFrame, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def level_transforms(tiles: TileTable, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per tile at its level: affine (N, 6), width and height (GDAL's ceil(size / factor))."""
-    aff = tiles[["a", "b", "c", "d", "e", "f"]].to_numpy("f8").copy()
-    width = tiles["width"].to_numpy().astype(np.int64)
-    height = tiles["height"].to_numpy().astype(np.int64)
+    aff = np.column_stack([tiles[c] for c in ("a", "b", "c", "d", "e", "f")]).astype("f8")
+    width = tiles["width"].astype(np.int64)
+    height = tiles["height"].astype(np.int64)
     factors = _factor_matrix(tiles)
     f = np.ones(len(tiles), dtype=np.int64)
     sel = levels >= 0
@@ -366,7 +368,7 @@ def level_transforms(tiles: pd.DataFrame, levels: np.ndarray) -> tuple[np.ndarra
 
 
 def compute_plan(
-    tiles: pd.DataFrame,
+    tiles: TileTable,
     *,
     crs: str,
     res_xy: tuple[float, float],
@@ -388,8 +390,7 @@ def compute_plan(
     grid = compute_grid(crs, res_xy, chunks_yx, bounds)
     bands = compute_band_specs(tiles, bands_order)
     band_index = {b.name: i for i, b in enumerate(bands)}
-    times = sorted(tiles["date"].unique())
-    time_index = {t: i for i, t in enumerate(times)}
+    times = np.unique(tiles["date"])
 
     levels = compute_levels(tiles, crs, res_xy, resampling)
     aff, lw, lh = level_transforms(tiles, levels)
@@ -421,9 +422,11 @@ def compute_plan(
     pad = KERNEL_PAD[resampling]
     win = np.zeros((len(tile_of), 4), dtype=np.int64)  # row0, col0, row1, col1
     chunk_boxes = grid.chunk_boxes().reshape(-1, 4)
-    tile_crs = tiles["crs"].to_numpy()
-    for src_crs in np.unique(tile_crs[tile_of]) if len(tile_of) else []:
-        sel = np.flatnonzero(tile_crs[tile_of] == src_crs)
+    crs_names, crs_code = tiles.codes("crs")
+    pair_crs = crs_code[tile_of]
+    for code in np.unique(pair_crs):
+        src_crs = crs_names[code]
+        sel = np.flatnonzero(pair_crs == code)
         needed = np.unique(pair_cy[sel] * nx + pair_cx[sel])
         boxes_src = np.full((ny * nx, 4), np.nan)
         boxes_src[needed] = transform_boxes(crs, src_crs, chunk_boxes[needed], n=9)
@@ -444,14 +447,15 @@ def compute_plan(
 
     # Group pairs into chunk jobs; order jobs (time, band, cy, cx) so neighbours share files.
     itemsize = np.array([np.dtype(b.dtype).itemsize for b in bands])
-    pair_band = np.array([band_index[b] for b in tiles["band"].to_numpy()[tile_of]], dtype=np.int64)
-    pair_t = np.array([time_index[d] for d in tiles["date"].to_numpy()[tile_of]], dtype=np.int64)
+    band_names, band_code = tiles.codes("band")
+    pair_band = np.array([band_index[b] for b in band_names], dtype=np.int64)[band_code][tile_of]
+    pair_t = np.searchsorted(times, tiles["date"])[tile_of]
     order = np.lexsort((tile_of, pair_cx, pair_cy, pair_band, pair_t))
     tile_of, pair_cy, pair_cx, win = tile_of[order], pair_cy[order], pair_cx[order], win[order]
     pair_band, pair_t = pair_band[order], pair_t[order]
     pair_bytes = (win[:, 2] - win[:, 0]) * (win[:, 3] - win[:, 1]) * itemsize[pair_band]
 
-    paths = tiles["path"].to_numpy().astype(object)
+    paths = tiles["path"].astype(object)
     n_pairs = len(tile_of)
     if n_pairs:
         new_job = np.empty(n_pairs, dtype=bool)
@@ -471,7 +475,7 @@ def compute_plan(
     part_start = pack_partitions(job_cost, partition_mb * 1e6)
 
     tables = PlanTables(
-        paths=paths, crs=tiles["crs"].to_numpy().astype(object), nodata=tiles["nodata"].to_numpy("f8"),
+        paths=paths, crs=tiles["crs"].astype(object), nodata=tiles["nodata"].astype("f8"),
         levels=levels, aff=aff, footprints=footprints, pair_tile=tile_of, pair_win=win, job_band=job_band, job_t=job_t,
         job_cy=job_cy, job_cx=job_cx, job_start=job_start, job_cost=job_cost, part_start=part_start,
     )  # fmt: skip

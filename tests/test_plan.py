@@ -5,26 +5,26 @@ from __future__ import annotations
 import pickle
 
 import numpy as np
-import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline.catalog import TABLE_COLUMNS, TileTable
 from pipeline.grid import GridSpec, compute_grid, transform_boxes
 from pipeline.plan import compute_plan
 
 
-def tile_table(specs: list[tuple[str, float, float, int, float]], band: str = "B1") -> pd.DataFrame:
+def tile_table(specs: list[tuple[str, float, float, int, float]], band: str = "B1") -> TileTable:
     """Rows for square tiles: (crs, x0, y0, size_px, res); no files behind them."""
     rows = []
     for i, (crs, x0, y0, n, res) in enumerate(specs):
         rows.append({
-            "path": f"/virtual/{i:04d}.tif", "band": band, "tile": str(i), "date": pd.Timestamp("2024-01-01"),
+            "path": f"/virtual/{i:04d}.tif", "band": band, "tile": str(i), "date": np.datetime64("2024-01-01"),
             "crs": crs, "a": res, "b": 0.0, "c": x0, "d": 0.0, "e": -res, "f": y0, "width": n, "height": n,
             "xmin": x0, "ymin": y0 - n * res, "xmax": x0 + n * res, "ymax": y0, "dtype": "uint16",
             "file_nodata": 0.0, "nodata": 0.0, "block_x": 256, "block_y": 256, "overviews": [2, 4],
             "size": n * n * 2, "mtime": 0,
         })  # fmt: skip
-    return pd.DataFrame(rows)
+    return TileTable.from_records(rows, TABLE_COLUMNS)
 
 
 @settings(deadline=None)
@@ -62,12 +62,15 @@ def test_grid_snaps_outward_to_the_resolution(x: float, y: float, dx: float, dy:
     assert xmax - xmin < dx + 2 * res + eps
 
 
-def _brute_force_pairs(tiles: pd.DataFrame, grid: GridSpec) -> set[tuple[int, int, int]]:
+def _brute_force_pairs(tiles: TileTable, grid: GridSpec) -> set[tuple[int, int, int]]:
     """The chunks x tiles double loop the planner avoids, as the reference."""
     out = set()
     boxes = grid.chunk_boxes()
-    for i, row in tiles.iterrows():
-        fp = transform_boxes(row.crs, grid.crs, np.array([[row.xmin, row.ymin, row.xmax, row.ymax]]), 11)[0]
+    for i in range(len(tiles)):
+        row = tiles.row(i)
+        fp = transform_boxes(row["crs"], grid.crs, np.array([[row[k] for k in ("xmin", "ymin", "xmax", "ymax")]]), 11)[
+            0
+        ]
         for cy in range(boxes.shape[0]):
             for cx in range(boxes.shape[1]):
                 b = boxes[cy, cx]
