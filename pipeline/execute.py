@@ -79,7 +79,15 @@ def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
     n = config.execution.workers or os.cpu_count() or 1
     n = max(1, min(n, n_partitions))
     settings: dict[str, Any] = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_MALLOC.items()}
-    settings["distributed.worker.multiprocessing-method"] = worker_start_method()  # its server started by run()
+    method = settings["distributed.worker.multiprocessing-method"] = worker_start_method()  # server: run()
+    if method == "forkserver":
+        # distributed's first forkserver context imports every package it would preload (pandas among
+        # them: ~0.3 s of the driver) to pass them to a server that is already running with ours
+        # (WORKER_PRELOAD), where they would change nothing. Its flag says that was done.
+        import distributed.utils
+
+        if hasattr(distributed.utils, "_forkserver_preload_set"):
+            distributed.utils._forkserver_preload_set = True
     with dask.config.set(settings):
         cluster = LocalCluster(
             n_workers=n,
