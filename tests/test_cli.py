@@ -85,3 +85,36 @@ def test_doctor_and_version() -> None:
     r = cli("doctor")
     assert r.returncode == 0 and "GDAL" in r.stdout and "gpu" in r.stdout
     assert cli("--version").returncode == 0
+
+
+def test_a_run_imports_neither_pandas_in_the_driver_nor_zarr_in_the_workers(tmp_path: Path, small_dir: Path) -> None:
+    """Start-up is most of a small run: pandas cost the driver ~0.3-0.5 s (through the tile table and
+    distributed's forkserver preload), zarr-python every worker ~0.2 s. A run needs neither."""
+    cfg = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
+    driver = (
+        "import sys\n"
+        "from pipeline.config import load_config\n"
+        "from pipeline.execute import run\n"
+        f"assert run(load_config({str(cfg)!r})).exit_code == 0\n"
+        "print(sorted(m for m in ('pandas', 'zarr') if m in sys.modules))\n"
+    )
+    worker = (  # a worker's imports and tasks, in one process, on the store the driver made
+        "import importlib, sys\n"
+        "from pipeline.config import load_config\n"
+        "from pipeline.execute import plan_run\n"
+        "from pipeline.task import TaskContext, run_partition, warm_up\n"
+        "from pipeline.workers import WORKER_PRELOAD\n"
+        "for m in WORKER_PRELOAD: importlib.import_module(m)\n"
+        f"cfg = load_config({str(cfg)!r})\n"
+        "catalog, plan = plan_run(cfg)\n"
+        "ctx = TaskContext(store_path=cfg.output.path, grid_crs=plan.grid.crs, grid_transform=plan.grid.transform,\n"
+        "                  bands=plan.bands, resampling=plan.resampling, fuse=plan.fuse, on_error='fail',\n"
+        "                  grid_width=plan.grid.shape_yx[1])\n"
+        "warm_up(None, ctx, tuple(sorted(set(catalog.tiles['crs']))))\n"
+        "assert sum(run_partition(p, ctx)['chunks'] for p in plan.partitions) > 0\n"
+        "print(sorted(m for m in ('pandas', 'zarr') if m in sys.modules))\n"
+    )
+    for script in (driver, worker):
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == "[]", r.stdout
