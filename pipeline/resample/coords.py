@@ -56,17 +56,27 @@ class LineMap:
     def one_per_row(self) -> bool:
         return int(self.row_ptr.shape[0]) - 1 == int(self.count.shape[0])
 
+    def _fill(self, x: Any, y: Any, seg: Any, j: Any, xp: Any) -> None:
+        """``x = x0 + dx * t`` and ``y = y0 + dy * t`` with ``t = t0 + j`` for segments ``seg`` (one per row
+        of ``x``/``y``) written in place: ``t`` is formed in ``y``, no temporaries (the same operations in
+        the same order as the expressions, so the same bits)."""
+        dtype = x.dtype
+        xp.add(self.t0[seg, None].astype(dtype), j[None, :], out=y)
+        xp.multiply(self.dx[seg, None].astype(dtype), y, out=x)
+        x += self.x0[seg, None].astype(dtype)
+        y *= self.dy[seg, None].astype(dtype)
+        y += self.y0[seg, None].astype(dtype)
+
     def positions(self, xp: Any, r0: int = 0, r1: int | None = None, dtype: str = "f8") -> tuple[Any, Any]:
         """Dense (r1 - r0, cols) source x and y of lattice rows ``r0 : r1`` (``dtype``: f8, or f4 where
         a thousandth of a pixel does not matter)."""
         rows, cols = self.shape
         r1 = rows if r1 is None else r1
         if self.one_per_row():  # one segment spanning every row: a rank-one expression, no gathers
-            t = self.t0[r0:r1, None].astype(dtype) + xp.arange(cols, dtype=dtype)[None, :]
-            x = self.x0[r0:r1, None].astype(dtype) + self.dx[r0:r1, None].astype(dtype) * t
-            t *= self.dy[r0:r1, None].astype(dtype)
-            t += self.y0[r0:r1, None].astype(dtype)
-            return x, t
+            x = xp.empty((r1 - r0, cols), dtype=dtype)
+            y = xp.empty((r1 - r0, cols), dtype=dtype)
+            self._fill(x, y, slice(r0, r1), xp.arange(cols, dtype=dtype), xp)
+            return x, y
         # Rows split into segments: rows that share a column range are filled together, one
         # rank-one expression per distinct range (few: the splits halve the same row lengths).
         s0, s1 = int(self.row_ptr[r0]), int(self.row_ptr[r1])
@@ -77,13 +87,16 @@ class LineMap:
         for k in np.unique(key).tolist():
             sel = np.nonzero(key == k)[0]
             c0, n = divmod(int(k), cols + 1)
-            rr: Any = slice(None) if len(sel) == r1 - r0 else xp.asarray(seg_row[sel])  # usually every row
             idx = xp.asarray(s0 + sel)
-            t = self.t0[idx, None].astype(dtype) + xp.arange(n, dtype=dtype)[None, :]
-            x[rr, c0 : c0 + n] = self.x0[idx, None].astype(dtype) + self.dx[idx, None].astype(dtype) * t
-            t *= self.dy[idx, None].astype(dtype)
-            t += self.y0[idx, None].astype(dtype)
-            y[rr, c0 : c0 + n] = t
+            j = xp.arange(n, dtype=dtype)
+            if len(sel) == r1 - r0:  # usually every row: straight into the output
+                self._fill(x[:, c0 : c0 + n], y[:, c0 : c0 + n], idx, j, xp)
+            else:
+                xs, ys = xp.empty((len(sel), n), dtype=dtype), xp.empty((len(sel), n), dtype=dtype)
+                self._fill(xs, ys, idx, j, xp)
+                rr = xp.asarray(seg_row[sel])
+                x[rr, c0 : c0 + n] = xs
+                y[rr, c0 : c0 + n] = ys
         return x, y
 
 
