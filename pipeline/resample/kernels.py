@@ -261,11 +261,13 @@ def _two_pass(a: Any, x_cols: list[Any], x_wts: list[Any], rows: list[Any], y_wt
     return acc
 
 
-def _gather_mean(data: Any, valid: Any, pad: int, y_taps: Taps, x_taps: Taps, ft: Any, xp: Any) -> tuple[Any, Any]:
+def _gather_mean(data: Any, valid: Any, pad: int, y_taps: Taps, x_taps: Taps, ft: Any, xp: Any,
+                 spans: tuple[tuple[int, int], tuple[int, int]]) -> tuple[Any, Any]:  # fmt: skip
     """Σ w·v and Σ w·valid (in ``ft``) over per-pixel taps, gathered from ``data`` padded by ``pad`` zeros.
 
     ``valid``: the padded validity as a 2-D array, or as (rows, columns) 1-D profiles when it is
-    separable (no nodata in the window): the weight sum then costs no gathers at all.
+    separable (no nodata in the window): the weight sum then costs no gathers at all. ``spans``: the
+    least and greatest first index of the y and x taps.
     """
     hp, wp = data.shape
     (fy, wy), (fx, wx) = y_taps, x_taps
@@ -317,7 +319,10 @@ def _gather_mean(data: Any, valid: Any, pad: int, y_taps: Taps, x_taps: Taps, ft
     wsum = None if separable else sums[1]
     if separable:
         vy, vx = valid
-        sy, sx = _profile_sum(vy, iy, wy, pad, xp), _profile_sum(vx, ix, wx, pad, xp)
+        (ylo, yhi), (xlo, xhi) = spans  # of the clipped indices: clipping is monotone
+        ys = (min(max(ylo, -len(wy)), hp - 2 * pad), min(max(yhi, -len(wy)), hp - 2 * pad)) if pad else spans[0]
+        xs = (min(max(xlo, -len(wx)), wp - 2 * pad), min(max(xhi, -len(wx)), wp - 2 * pad)) if pad else spans[1]
+        sy, sx = _profile_sum(vy, iy, wy, pad, ys, xp), _profile_sum(vx, ix, wx, pad, xs, xp)
         wsum = sy * sx
     return acc, wsum
 
@@ -342,11 +347,12 @@ def _sparse_tap(wts: list[Any], xp: Any) -> Any:
     return xp.flatnonzero(reaches)
 
 
-def _profile_sum(profile: Any, first: Any, wts: list[Any], pad: int, xp: Any) -> Any:
+def _profile_sum(profile: Any, first: Any, wts: list[Any], pad: int, span: tuple[int, int], xp: Any) -> Any:
     """Σ_k w_k · profile[first + k], in that order. A tap that lands inside for every pixel of the block
-    reads a flat profile's one value without a gather (the same products, so blocks equal the whole)."""
+    reads a flat profile's one value without a gather (the same products, so blocks equal the whole).
+    ``span``: the least and greatest of ``first`` (unpadded)."""
     n = len(profile) - 2 * pad
-    lo, hi = int(first.min()) - pad, int(first.max()) - pad
+    lo, hi = span
     inner = profile[pad : pad + n]
     c = float(inner[0]) if n else 0.0
     flat = n > 0 and bool((inner == c).all())
@@ -355,7 +361,9 @@ def _profile_sum(profile: Any, first: Any, wts: list[Any], pad: int, xp: Any) ->
         if flat and lo + k >= 0 and hi + k < n:
             term = wk if c == 1.0 else wk * c  # w * 1 is w: no pass at all
         else:
-            term = wk * xp.take(profile[k:], first)
+            term = xp.empty(first.shape, dtype=profile.dtype)
+            _take_into(profile[k:], first, term, xp)
+            term *= wk  # v * w: the same product as w * v
         if total is None:
             total = term.copy() if term is wk else term
         else:
@@ -363,10 +371,9 @@ def _profile_sum(profile: Any, first: Any, wts: list[Any], pad: int, xp: Any) ->
     return total
 
 
-def _lands_inside(taps: Taps, n: int) -> bool:
-    """Every tap of these positions reads a source pixel (none falls off the edges)."""
-    first, wts = taps
-    return int(first.min()) >= 0 and int(first.max()) + len(wts) <= n
+def _span(taps: Taps) -> tuple[int, int]:
+    """The least and greatest first index of these taps."""
+    return (int(taps[0].min()), int(taps[0].max())) if taps[0].size else (0, 0)
 
 
 class _Weighted:
@@ -386,8 +393,10 @@ class _Weighted:
     def sums(self, y_taps: Taps, x_taps: Taps) -> tuple[Any, Any]:
         """Σ w·v and Σ w·valid over the taps."""
         xp, (h, w) = self.xp, self.data.shape
-        if _lands_inside(y_taps, h) and _lands_inside(x_taps, w):
-            return _gather_mean(self.data, self.valid, 0, y_taps, x_taps, self.ft, xp)
+        spans = (_span(y_taps), _span(x_taps))
+        (ylo, yhi), (xlo, xhi) = spans
+        if ylo >= 0 and yhi + len(y_taps[1]) <= h and xlo >= 0 and xhi + len(x_taps[1]) <= w:  # all taps inside
+            return _gather_mean(self.data, self.valid, 0, y_taps, x_taps, self.ft, xp, spans)
         need = max(len(y_taps[1]), len(x_taps[1])) + 1
         if need > self.pad:
             self.pad = max(need, 2 * self.pad)
@@ -396,7 +405,7 @@ class _Weighted:
                 self.vframed = tuple(xp.pad(v, self.pad) for v in self.valid)
             else:
                 self.vframed = _pad(self.valid, self.pad, 0, xp)
-        return _gather_mean(self.framed, self.vframed, self.pad, y_taps, x_taps, self.ft, xp)
+        return _gather_mean(self.framed, self.vframed, self.pad, y_taps, x_taps, self.ft, xp, spans)
 
 
 def _general_mean(src: Any, nodata: float, cmap: CoordMap, taps_for: Callable[[int, int], tuple[Taps, Taps]],
