@@ -39,6 +39,8 @@ DOWNSAMPLING = 0.95
 """Below this scale (destination pixels per source pixel) GDAL stretches the kernel over 1/scale pixels."""
 BLOCK_PX = 1 << 16
 """Destination pixels per row block on the CPU: the intermediates stay in cache."""
+WHOLE_FRAME_BYTES = 8 << 20
+"""Sources up to this size are zero-framed whole, once, for the edge blocks; larger ones per block."""
 SPARSE_TAP = 0.5
 """A footprint's last tap is added only where it weighs anything when that is under this share of pixels."""
 
@@ -380,33 +382,43 @@ class _Weighted:
     """Pixels with nodata zeroed and their validity, as the per-pixel gathers read them.
 
     ``valid``: a 2-D float array, or (rows, columns) 1-D profiles when validity is separable (no
-    nodata in the window). A block whose taps all land inside reads these directly; blocks at the
-    edges read a zero-framed copy (taps off the source weigh nothing), made once, when first needed.
+    nodata in the window). A block whose taps all land inside reads these directly; a block at the
+    edges reads a zero-framed copy (taps off the source weigh nothing): of the whole source, made once,
+    when it is small (the pipeline's windows); else of just the source rows the block's taps reach. A
+    4096² output's source framed whole is 271 MB of fresh pages, which took this machine seconds to
+    fault in after another library had churned memory.
     """
 
     def __init__(self, data: Any, valid: Any, ft: Any, xp: Any) -> None:
         self.data, self.valid, self.ft, self.xp = data, valid, ft, xp
-        self.pad: int = -1
-        self.framed: Any = None
-        self.vframed: Any = None
+        self.whole: dict[int, tuple[Any, Any]] = {}
+        """The whole source framed, by frame width (small sources only)."""
 
     def sums(self, y_taps: Taps, x_taps: Taps) -> tuple[Any, Any]:
         """Σ w·v and Σ w·valid over the taps."""
         xp, (h, w) = self.xp, self.data.shape
         spans = (_span(y_taps), _span(x_taps))
         (ylo, yhi), (xlo, xhi) = spans
-        if ylo >= 0 and yhi + len(y_taps[1]) <= h and xlo >= 0 and xhi + len(x_taps[1]) <= w:  # all taps inside
+        ny = len(y_taps[1])
+        if ylo >= 0 and yhi + ny <= h and xlo >= 0 and xhi + len(x_taps[1]) <= w:  # all taps inside
             return _gather_mean(self.data, self.valid, 0, y_taps, x_taps, self.ft, xp, spans)
-        need = max(len(y_taps[1]), len(x_taps[1])) + 1
-        if need > self.pad:
-            self.pad = max(need, 2 * self.pad)
-            self.framed = _pad(self.data, self.pad, 0, xp)
+        pad = max(ny, len(x_taps[1])) + 1
+        small = self.data.nbytes <= WHOLE_FRAME_BYTES
+        r0, r1 = (0, h) if small else (min(max(ylo, 0), h), min(max(yhi + ny, 0), h))  # rows the taps reach
+        if small and pad in self.whole:
+            framed, vframed = self.whole[pad]
+        else:
+            framed = _pad(self.data[r0:r1], pad, 0, xp)
             if isinstance(self.valid, tuple):
-                zeros = xp.zeros(self.pad, dtype=self.ft)  # not np.pad: ~40 us of Python per call
-                self.vframed = tuple(xp.concatenate([zeros, v, zeros]) for v in self.valid)
+                zeros = xp.zeros(pad, dtype=self.ft)  # not np.pad: ~40 us of Python per call
+                vy, vx = self.valid
+                vframed = (xp.concatenate([zeros, vy[r0:r1], zeros]), xp.concatenate([zeros, vx, zeros]))
             else:
-                self.vframed = _pad(self.valid, self.pad, 0, xp)
-        return _gather_mean(self.framed, self.vframed, self.pad, y_taps, x_taps, self.ft, xp, spans)
+                vframed = _pad(self.valid[r0:r1], pad, 0, xp)
+            if small:
+                self.whole[pad] = framed, vframed
+        rows = (y_taps[0] - r0, y_taps[1]) if r0 else y_taps  # the same taps, counted from the slab's first row
+        return _gather_mean(framed, vframed, pad, rows, x_taps, self.ft, xp, ((ylo - r0, yhi - r0), spans[1]))
 
 
 def _general_mean(src: Any, nodata: float, cmap: CoordMap, taps_for: Callable[[int, int], tuple[Taps, Taps]],
@@ -435,18 +447,25 @@ def _general_mean(src: Any, nodata: float, cmap: CoordMap, taps_for: Callable[[i
 
 
 def _tent_prefilter(a: Any, stretch: int, axis: int, xp: Any) -> Any:
-    """``a`` convolved with the discrete tent 1 - |k|/stretch along ``axis`` (zeros beyond the edges)."""
+    """``a`` convolved with the discrete tent 1 - |k|/stretch along ``axis`` (zeros beyond the edges), in
+    place, in slabs across the other axis: only a slab's copy is allocated, not whole arrays (a 4096²
+    output's source is 8232², 271 MB in float32, and fresh pages that size cost seconds to fault in on
+    this kind of machine). Returns ``a``."""
     n = a.shape[axis] if a.ndim > 1 else a.shape[0]
-    out = a.copy()
-    scaled = xp.empty_like(a)
-    for k in range(1, stretch):
-        xp.multiply(a, 1.0 - k / stretch, out=scaled)  # each product once: it serves both neighbours
-        lo = [slice(None)] * a.ndim
-        hi = [slice(None)] * a.ndim
-        lo[axis], hi[axis] = slice(0, n - k), slice(k, n)
-        out[tuple(lo)] += scaled[tuple(hi)]
-        out[tuple(hi)] += scaled[tuple(lo)]
-    return out
+    other = a.shape[1 - axis] if a.ndim > 1 else 1
+    step = max(1, (1 << 20) // max(n, 1)) if xp.__name__ == "numpy" else other  # slabs of ~1M values
+    for s0 in range(0, other, step):
+        slab: Any = a if a.ndim == 1 else a[s0 : s0 + step] if axis == 1 else a[:, s0 : s0 + step]
+        orig = slab.copy()
+        scaled = xp.empty_like(orig)
+        for k in range(1, stretch):
+            xp.multiply(orig, 1.0 - k / stretch, out=scaled)  # each product once: it serves both neighbours
+            lo = [slice(None)] * a.ndim
+            hi = [slice(None)] * a.ndim
+            lo[axis], hi[axis] = slice(0, n - k), slice(k, n)
+            slab[tuple(lo)] += scaled[tuple(hi)]
+            slab[tuple(hi)] += scaled[tuple(lo)]
+    return a
 
 
 def _bilinear_general(src: Any, nodata: float, cmap: CoordMap, sx: float, sy: float) -> Any:
@@ -465,7 +484,7 @@ def _bilinear_general(src: Any, nodata: float, cmap: CoordMap, sx: float, sy: fl
     ft = _work_dtype(src.dtype, xp)
     valid = valid_mask(src, nodata, xp)
     all_valid = bool(valid.all())
-    data = (src if all_valid else xp.where(valid, src, 0)).astype(ft)
+    data = (src if all_valid else xp.where(valid, src, 0)).astype(ft)  # a copy: prefiltered in place
     vy, vx = xp.ones(src.shape[0], dtype=ft), xp.ones(src.shape[1], dtype=ft)
     vf = None if all_valid else valid.astype(ft)
     for axis, s in ((1, stretch[0]), (0, stretch[1])):
