@@ -111,7 +111,7 @@ def run(config: str, sets: tuple[str, ...], workers: int | None, scheduler: str 
 
 def _leave(code: int) -> None:
     """Exit at once when this is the program itself: the store, the report and the cluster are closed by
-    now, and tearing the interpreter down module by module (numpy, pandas, distributed, ...) took
+    now, and tearing the interpreter down module by module (numpy, pyproj, distributed, ...) took
     ~0.3 s of a ~5 s run. Where the command runs inside another program (click's test runner, a
     captured stdout), a normal ``sys.exit``."""
     if sys.stdout is not sys.__stdout__ or sys.stderr is not sys.__stderr__:
