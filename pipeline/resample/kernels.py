@@ -40,7 +40,9 @@ DOWNSAMPLING = 0.95
 BLOCK_PX = 1 << 16
 """Destination pixels per row block on the CPU: the intermediates stay in cache."""
 WHOLE_FRAME_BYTES = 8 << 20
-"""Sources up to this size are zero-framed whole, once, for the edge blocks; larger ones per block."""
+"""Sources up to this size are zero-framed whole, once, for the edge blocks; larger ones by bands of rows."""
+BAND_ROWS = 4
+"""A large source's framed band of rows holds this many times the rows one block reaches."""
 SPARSE_TAP = 0.5
 """A footprint's last tap is added only where it weighs anything when that is under this share of pixels."""
 
@@ -384,15 +386,21 @@ class _Weighted:
     ``valid``: a 2-D float array, or (rows, columns) 1-D profiles when validity is separable (no
     nodata in the window). A block whose taps all land inside reads these directly; a block at the
     edges reads a zero-framed copy (taps off the source weigh nothing): of the whole source, made once,
-    when it is small (the pipeline's windows); else of just the source rows the block's taps reach. A
-    4096² output's source framed whole is 271 MB of fresh pages, which took this machine seconds to
-    fault in after another library had churned memory.
+    when it is small (the pipeline's windows); else a band of rows from the first its taps reach, a few
+    blocks deep, shared by the blocks below while they stay in it, written into the same buffers each
+    time. A 4096² output's source framed whole is 271 MB of fresh pages, which took this machine seconds
+    to fault in after another library had churned memory; framing each block's rows afresh copied
+    overlapping rows ~9 times over.
     """
 
     def __init__(self, data: Any, valid: Any, ft: Any, xp: Any) -> None:
         self.data, self.valid, self.ft, self.xp = data, valid, ft, xp
         self.whole: dict[int, tuple[Any, Any]] = {}
         """The whole source framed, by frame width (small sources only)."""
+        self.band: tuple[int, int, int, Any, Any] | None = None
+        """Large sources: (first row, end row, frame width, framed, validity) of the rows framed last."""
+        self.buffers: dict[str, Any] = {}
+        """Large sources: the arrays the framed rows are written into, reused from block to block."""
 
     def sums(self, y_taps: Taps, x_taps: Taps) -> tuple[Any, Any]:
         """Σ w·v and Σ w·valid over the taps."""
@@ -403,22 +411,47 @@ class _Weighted:
         if ylo >= 0 and yhi + ny <= h and xlo >= 0 and xhi + len(x_taps[1]) <= w:  # all taps inside
             return _gather_mean(self.data, self.valid, 0, y_taps, x_taps, self.ft, xp, spans)
         pad = max(ny, len(x_taps[1])) + 1
-        small = self.data.nbytes <= WHOLE_FRAME_BYTES
-        r0, r1 = (0, h) if small else (min(max(ylo, 0), h), min(max(yhi + ny, 0), h))  # rows the taps reach
-        if small and pad in self.whole:
+        if self.data.nbytes <= WHOLE_FRAME_BYTES:
+            r0 = 0
+            if pad not in self.whole:
+                self.whole[pad] = self._framed(0, h, pad, reuse=False)
             framed, vframed = self.whole[pad]
-        else:
-            framed = _pad(self.data[r0:r1], pad, 0, xp)
-            if isinstance(self.valid, tuple):
-                zeros = xp.zeros(pad, dtype=self.ft)  # not np.pad: ~40 us of Python per call
-                vy, vx = self.valid
-                vframed = (xp.concatenate([zeros, vy[r0:r1], zeros]), xp.concatenate([zeros, vx, zeros]))
-            else:
-                vframed = _pad(self.valid[r0:r1], pad, 0, xp)
-            if small:
-                self.whole[pad] = framed, vframed
-        rows = (y_taps[0] - r0, y_taps[1]) if r0 else y_taps  # the same taps, counted from the slab's first row
+        else:  # the rows the taps reach, framed with the next blocks' rows below them (blocks go down)
+            r0, r1 = min(max(ylo, 0), h), min(max(yhi + ny, 0), h)
+            band = self.band
+            if band is None or band[2] != pad or r0 < band[0] or r1 > band[1]:
+                end = min(h, max(r1, r0 + BAND_ROWS * max(r1 - r0, 1)))
+                band = self.band = (r0, end, pad, *self._framed(r0, end, pad, reuse=True))
+            r0, framed, vframed = band[0], band[3], band[4]
+        rows = (y_taps[0] - r0, y_taps[1]) if r0 else y_taps  # the same taps, counted from the first framed row
         return _gather_mean(framed, vframed, pad, rows, x_taps, self.ft, xp, ((ylo - r0, yhi - r0), spans[1]))
+
+    def _framed(self, r0: int, r1: int, pad: int, reuse: bool) -> tuple[Any, Any]:
+        """Rows ``r0 : r1`` of the pixels and of their validity in a frame of ``pad`` zeros; written into
+        buffers kept from the last call where ``reuse`` (fresh pages are what is slow, see above)."""
+        xp = self.xp
+        zeros = xp.zeros(pad, dtype=self.ft)  # not np.pad: ~40 us of Python per call
+        if isinstance(self.valid, tuple):
+            vy, vx = self.valid
+            vframed: Any = (xp.concatenate([zeros, vy[r0:r1], zeros]), xp.concatenate([zeros, vx, zeros]))
+        else:
+            vframed = self._pad_into("valid", self.valid[r0:r1], pad, reuse)
+        return self._pad_into("data", self.data[r0:r1], pad, reuse), vframed
+
+    def _pad_into(self, name: str, a: Any, pad: int, reuse: bool) -> Any:
+        if not reuse:
+            return _pad(a, pad, 0, self.xp)
+        shape = (a.shape[0] + 2 * pad, a.shape[1] + 2 * pad)
+        buf = self.buffers.get(name)
+        if buf is None or buf.shape[0] < shape[0] or buf.shape[1] != shape[1]:
+            buf = self.buffers[name] = self.xp.zeros(shape, dtype=a.dtype)
+        out = buf[: shape[0]]
+        out[:pad] = 0
+        out[-pad:] = 0
+        out[pad:-pad, :pad] = 0
+        out[pad:-pad, -pad:] = 0
+        out[pad:-pad, pad:-pad] = a
+        return out
 
 
 def _general_mean(src: Any, nodata: float, cmap: CoordMap, taps_for: Callable[[int, int], tuple[Taps, Taps]],
