@@ -85,15 +85,16 @@ def _write_json(path: str, doc: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _root_json(path: str) -> dict[str, Any]:
-    with open(os.path.join(path, "zarr.json")) as f:
+def _node_json(folder: str) -> dict[str, Any]:
+    """The ``zarr.json`` of a store node (the root group, or an array's folder)."""
+    with open(os.path.join(folder, "zarr.json")) as f:
         doc: dict[str, Any] = json.load(f)
     return doc
 
 
 def store_is_complete(path: str) -> bool:
     try:
-        return bool(_root_json(path).get("attributes", {}).get("pipeline_complete", False))
+        return bool(_node_json(path).get("attributes", {}).get("pipeline_complete", False))
     except (OSError, ValueError):  # absent or unreadable: not complete
         return False
 
@@ -199,9 +200,8 @@ def open_array(path: str, band: str) -> BandArray:
     at the same path (``--overwrite``, another run on a long-lived worker, or a worker forked from a
     driver that wrote) is read afresh."""
     key = (path, band)
-    meta_path = os.path.join(path, band, "zarr.json")
     try:
-        st = os.stat(meta_path)
+        st = os.stat(os.path.join(path, band, "zarr.json"))
         stamp: tuple[int, int] | None = (st.st_ino, st.st_mtime_ns)
     except OSError:
         stamp = None
@@ -209,8 +209,7 @@ def open_array(path: str, band: str) -> BandArray:
         hit = _arrays.get(key)
         if hit is None or hit[0] != stamp or stamp is None:
             try:
-                with open(meta_path) as f:
-                    meta = json.load(f)
+                meta = _node_json(os.path.join(path, band))
                 arr = BandArray(
                     shape=tuple(meta["shape"]),
                     chunks=tuple(meta["chunk_grid"]["configuration"]["chunk_shape"]),
@@ -339,7 +338,7 @@ def journal_record(path: str, key: str) -> None:
 def store_config(path: str) -> dict[str, Any]:
     """The attributes a previous run left: config hash and settings, completion."""
     try:
-        return dict(_root_json(path)["attributes"])
+        return dict(_node_json(path)["attributes"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise StoreError(f"{path} is not a store this tool can resume ({e}); use --overwrite") from e
 
@@ -351,14 +350,12 @@ def finalize_store(path: str) -> int:
     child's ``zarr.json`` inlined in the root's, as ``zarr.consolidate_metadata`` writes it (tested)."""
     try:
         shutil.rmtree(os.path.join(path, JOURNAL_DIR), ignore_errors=True)
-        root = _root_json(path)
+        root = _node_json(path)
         root.setdefault("attributes", {})["pipeline_complete"] = True
         children = {}
         for name in sorted(os.listdir(path)):
-            meta = os.path.join(path, name, "zarr.json")
-            if os.path.isfile(meta):
-                with open(meta) as f:
-                    children[name] = json.load(f)
+            if os.path.isfile(os.path.join(path, name, "zarr.json")):
+                children[name] = _node_json(os.path.join(path, name))
         root["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": children}
         _write_json(os.path.join(path, "zarr.json"), root)
     except (OSError, ValueError) as e:
