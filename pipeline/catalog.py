@@ -29,7 +29,7 @@ import os
 import re
 import warnings
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -62,10 +62,21 @@ def _column(name: str, values: Iterable[Any]) -> np.ndarray:
         return np.array(values, dtype=np.int64)
     if name == "date":
         return np.array(values, dtype="datetime64[ns]")
-    out = np.empty(len(values), dtype=object)
-    for i, v in enumerate(values):  # cell by cell: NumPy would make equal-length lists a second axis
-        out[i] = [int(f) for f in v] if name == "overviews" else v
+    out = np.empty(len(values), dtype=object)  # filled, not np.array(...): equal-length lists stay cells
+    out[:] = [[int(f) for f in v] for v in values] if name == "overviews" else values
     return out
+
+
+def factorize(values: Sequence[Any] | np.ndarray) -> tuple[list[Any], np.ndarray]:
+    """The distinct values in sorted order, and each value's position among them. By hashing: sorting
+    192,000 path-like strings took NumPy ~0.3 s a column."""
+    first: dict[Any, int] = {}
+    seen = np.fromiter((first.setdefault(v, len(first)) for v in values), np.int64, len(values))
+    distinct = list(first)
+    order = sorted(range(len(distinct)), key=distinct.__getitem__)
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[order] = np.arange(len(distinct))
+    return [distinct[k] for k in order], rank[seen]
 
 
 class TileTable:
@@ -115,15 +126,8 @@ class TileTable:
         return {c: v[i] for c, v in self._columns.items()}
 
     def codes(self, name: str) -> tuple[list[Any], np.ndarray]:
-        """Column ``name`` factorised: its distinct values in sorted order, and each row's position
-        among them. By hashing: sorting 192,000 path-like strings took NumPy ~0.3 s a column."""
-        first: dict[Any, int] = {}
-        seen = np.fromiter((first.setdefault(v, len(first)) for v in self._columns[name]), np.int64, len(self))
-        values = list(first)
-        order = sorted(range(len(values)), key=values.__getitem__)
-        rank = np.empty(len(values), dtype=np.int64)
-        rank[order] = np.arange(len(values))
-        return [values[k] for k in order], rank[seen]
+        """Column ``name`` factorised (:func:`factorize`)."""
+        return factorize(self._columns[name])
 
     def groups(self, name: str) -> dict[Any, np.ndarray]:
         """Row indices of each distinct value of column ``name``, values in sorted order."""
@@ -290,7 +294,7 @@ def _catalog_from(headers: TileTable, config: Config, skipped: list[dict[str, st
     if "tag_date" in headers:  # the file's DATE tag where the path has no date
         date_text = [d if d is not None else t if isinstance(t, str) else None
                      for d, t in zip(date_text, headers["tag_date"], strict=True)]  # fmt: skip
-    texts, inverse = TileTable({"date": _column("text", (d or "" for d in date_text))}).codes("date")
+    texts, inverse = factorize([d or "" for d in date_text])
     parsed = []
     for k, text in enumerate(texts):
         if not text:
