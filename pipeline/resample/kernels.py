@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -84,9 +84,11 @@ def _finish(acc: Any, wsum: Any, nodata: float, dtype: Any, xp: Any) -> Any:
     return xp.where(ok, value, nodata_fill(nodata, dtype, xp)).astype(dtype)
 
 
-def _pad(a: Any, p: int, value: Any, xp: Any, dtype: Any = None) -> Any:
-    """``a`` in a frame of ``p`` pixels of ``value`` (cast to ``dtype`` on the way: one pass)."""
-    out = xp.empty((a.shape[0] + 2 * p, a.shape[1] + 2 * p), dtype=dtype or a.dtype)
+def _pad(a: Any, p: int, value: Any, xp: Any, dtype: Any = None, out: Any = None) -> Any:
+    """``a`` in a frame of ``p`` pixels of ``value`` (cast to ``dtype`` on the way: one pass), written
+    into ``out`` when given (its shape must be the framed one)."""
+    if out is None:
+        out = xp.empty((a.shape[0] + 2 * p, a.shape[1] + 2 * p), dtype=dtype or a.dtype)
     out[:p], out[-p:], out[:, :p], out[:, -p:] = value, value, value, value
     out[p : p + a.shape[0], p : p + a.shape[1]] = a
     return out
@@ -380,6 +382,16 @@ def _span(taps: Taps) -> tuple[int, int]:
     return (int(taps[0].min()), int(taps[0].max())) if taps[0].size else (0, 0)
 
 
+class _Band(NamedTuple):
+    """Source rows ``r0 : r1`` of the pixels and of their validity, in a frame of ``pad`` zeros."""
+
+    r0: int
+    r1: int
+    pad: int
+    framed: Any
+    vframed: Any
+
+
 class _Weighted:
     """Pixels with nodata zeroed and their validity, as the per-pixel gathers read them.
 
@@ -397,8 +409,8 @@ class _Weighted:
         self.data, self.valid, self.ft, self.xp = data, valid, ft, xp
         self.whole: dict[int, tuple[Any, Any]] = {}
         """The whole source framed, by frame width (small sources only)."""
-        self.band: tuple[int, int, int, Any, Any] | None = None
-        """Large sources: (first row, end row, frame width, framed, validity) of the rows framed last."""
+        self.band: _Band | None = None
+        """Large sources: the rows framed last."""
         self.buffers: dict[str, Any] = {}
         """Large sources: the arrays the framed rows are written into, reused from block to block."""
 
@@ -419,10 +431,10 @@ class _Weighted:
         else:  # the rows the taps reach, framed with the next blocks' rows below them (blocks go down)
             r0, r1 = min(max(ylo, 0), h), min(max(yhi + ny, 0), h)
             band = self.band
-            if band is None or band[2] != pad or r0 < band[0] or r1 > band[1]:
+            if band is None or band.pad != pad or r0 < band.r0 or r1 > band.r1:
                 end = min(h, max(r1, r0 + BAND_ROWS * max(r1 - r0, 1)))
-                band = self.band = (r0, end, pad, *self._framed(r0, end, pad, reuse=True))
-            r0, framed, vframed = band[0], band[3], band[4]
+                band = self.band = _Band(r0, end, pad, *self._framed(r0, end, pad, reuse=True))
+            r0, framed, vframed = band.r0, band.framed, band.vframed
         rows = (y_taps[0] - r0, y_taps[1]) if r0 else y_taps  # the same taps, counted from the first framed row
         return _gather_mean(framed, vframed, pad, rows, x_taps, self.ft, xp, ((ylo - r0, yhi - r0), spans[1]))
 
@@ -441,17 +453,11 @@ class _Weighted:
     def _pad_into(self, name: str, a: Any, pad: int, reuse: bool) -> Any:
         if not reuse:
             return _pad(a, pad, 0, self.xp)
-        shape = (a.shape[0] + 2 * pad, a.shape[1] + 2 * pad)
+        rows, cols = a.shape[0] + 2 * pad, a.shape[1] + 2 * pad
         buf = self.buffers.get(name)
-        if buf is None or buf.shape[0] < shape[0] or buf.shape[1] != shape[1]:
-            buf = self.buffers[name] = self.xp.zeros(shape, dtype=a.dtype)
-        out = buf[: shape[0]]
-        out[:pad] = 0
-        out[-pad:] = 0
-        out[pad:-pad, :pad] = 0
-        out[pad:-pad, -pad:] = 0
-        out[pad:-pad, pad:-pad] = a
-        return out
+        if buf is None or buf.shape[0] < rows or buf.shape[1] != cols:
+            buf = self.buffers[name] = self.xp.empty((rows, cols), dtype=a.dtype)
+        return _pad(a, pad, 0, self.xp, out=buf[:rows])
 
 
 def _general_mean(src: Any, nodata: float, cmap: CoordMap, taps_for: Callable[[int, int], tuple[Taps, Taps]],
