@@ -17,7 +17,7 @@ from scipy.ndimage import binary_erosion
 
 from pipeline.grid import transform_points
 from pipeline.plan import SourceWindow
-from pipeline.resample.kernels import KERNEL_METHODS, CoordMap, resample
+from pipeline.resample.kernels import KERNEL_METHODS, RESAMPLERS, CoordMap, resample
 from pipeline.transform import approx_lines
 from pipeline.warp import GDAL_NAMES, RowSpan, compute_coord_map, warp_window
 
@@ -207,3 +207,38 @@ def test_float_nodata(nodata: float) -> None:
     cmap = CoordMap((1, 1), xe=np.array([0.0, 2.0]), ye=np.array([0.0, 2.0]))
     out = resample(src, nodata, cmap, "average")
     assert out[0, 0] == pytest.approx(7.0 / 3.0)
+
+
+FOOTPRINT_METHODS = [m for m in KERNEL_METHODS if m not in ("nearest", "bilinear", "cubic")]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(3, 20), st.integers(3, 20), st.sampled_from([0.5, 1.0, 1 / 3, 2.0, 0.75]),
+       st.integers(-12, 12), st.integers(-12, 12), st.integers(0, 2**32 - 1))  # fmt: skip
+def test_same_crs_fast_paths_equal_the_kernels(h: int, w: int, step: float, oy: int, ox: int, seed: int) -> None:
+    """Destinations on lattices of whole or split source pixels (identical grids, 60 m onto 20 m, 10 m
+    onto 20 m, and steps that fit no lattice), reaching past the source's edges or not: the pixels off
+    the source are cut away and the rest may be a gather of rows and columns; the result is the kernel's
+    on the whole map, pixel for pixel."""
+    rng = np.random.default_rng(seed)
+    src = rng.integers(1, 1000, size=(12, 14)).astype("u2")
+    src[rng.random(src.shape) < 0.2] = 0
+    cmap = CoordMap((h, w), xe=ox * step + np.arange(w + 1) * step, ye=oy * step + np.arange(h + 1) * step)
+    for method in FOOTPRINT_METHODS:
+        np.testing.assert_array_equal(resample(src, 0.0, cmap, method), RESAMPLERS[method](src, 0.0, cmap),
+                                      err_msg=method)  # fmt: skip
+
+
+@pytest.mark.parametrize("method", FOOTPRINT_METHODS)
+def test_aligned_upsampling_past_the_source_edge_matches_gdal(method: str) -> None:
+    """60 m onto 20 m on shared edges, the destination reaching 30 pixels past the source's top-left
+    corner: each destination pixel on the source is its one source pixel, as GDAL's; off the source,
+    nodata. (GDAL also fills the one row and column just off the top and left edges: their footprints
+    end on the source's edge and its warper clamps them onto the first source pixel.)"""
+    a, s = source("EPSG:32632", 300_000.0, 4_990_000.0, res=60.0)
+    dt = (20.0, 0.0, 300_000.0 - 600.0, 0.0, -20.0, 4_990_000.0 + 600.0)
+    ref = gdal(a, s, dt, (384, 384), method)
+    got = warp_window(a, s, (384, 384), dt, "EPSG:32632", 0.0, method, engine="kernels")
+    assert (got[:30] == 0).all() and (got[:, :30] == 0).all()
+    np.testing.assert_array_equal(got[30:, 30:], ref[30:, 30:])
+    np.testing.assert_array_equal(np.repeat(np.repeat(a[:118, :118], 3, axis=0), 3, axis=1), ref[30:, 30:])
