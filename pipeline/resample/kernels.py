@@ -50,6 +50,8 @@ BAND_ROWS = 4
 """A large source's framed band of rows holds this many times the rows one block reaches."""
 SPARSE_TAP = 0.5
 """A footprint's last tap is added only where it weighs anything when that is under this share of pixels."""
+INDEX_BOUND = float(1 << 30)
+"""First tap indices are bounded by this before they become int32 (whole sources are far smaller)."""
 
 Taps = tuple[Any, list[Any]]
 """(first source index, [weight of tap k]): tap ``k`` reads index ``first + k``."""
@@ -68,9 +70,14 @@ def _row_blocks(h: int, w: int, xp: Any) -> Iterator[tuple[int, int]]:
         yield r0, min(h, r0 + step)
 
 
-def _finish(acc: Any, wsum: Any, nodata: float, dtype: Any, xp: Any) -> Any:
+def _finish(acc: Any, wsum: Any, nodata: float, dtype: Any, xp: Any, convex: bool = False) -> Any:
     """acc / wsum in ``dtype`` (integers rounded half up, as GDAL), nodata where no weight; ``acc`` may be
-    overwritten. Where every pixel has weight (the usual case) no masks are formed at all."""
+    overwritten. Where every pixel has weight (the usual case) no masks are formed at all.
+
+    ``convex`` (weights never negative: a mean of valid pixels, within their range): for unsigned
+    types up to 32 bits the value plus a half is already at least 0.5 and at most the type's maximum plus a half, so
+    the cast's truncation is the floor and no clip is needed; and where nodata is 0, a pixel without
+    weight (acc 0) casts to it by itself."""
     ok = wsum > 1e-6
     everywhere = bool(ok.all())
     if not everywhere:
@@ -79,11 +86,16 @@ def _finish(acc: Any, wsum: Any, nodata: float, dtype: Any, xp: Any) -> Any:
         value = xp.divide(acc, wsum, out=acc)
     else:
         value = acc / wsum
-    if xp.dtype(dtype).kind in "iu":
-        info = xp.iinfo(dtype)
+    kind = xp.dtype(dtype).kind
+    if kind in "iu":
         value += 0.5  # GDAL rounds half up
-        xp.floor(value, out=value)
-        xp.clip(value, info.min, info.max, out=value)
+        if convex and kind == "u" and xp.dtype(dtype).itemsize <= 4:
+            if everywhere or nodata_fill(nodata, dtype, xp) == 0:  # (acc is 0 where there is no weight)
+                return value.astype(dtype)
+        else:
+            info = xp.iinfo(dtype)
+            xp.floor(value, out=value)
+            xp.clip(value, info.min, info.max, out=value)
     if everywhere:
         return value.astype(dtype)
     return xp.where(ok, value, nodata_fill(nodata, dtype, xp)).astype(dtype)
@@ -166,19 +178,30 @@ def _integer_stretch(scale: float) -> int | None:
     return round(r) if abs(r - round(r)) < 1e-9 and round(r) >= 1 else None
 
 
-def _footprint_taps(lo: Any, hi: Any, xp: Any) -> Taps:
+def _ordered(lo: Any, hi: Any, xp: Any) -> tuple[Any, Any]:
+    """``lo``, ``hi`` with ``lo <= hi`` everywhere: the arrays themselves when they already are (one
+    reduction; north-up onto north-up always is), else their minimum and maximum (two slow passes)."""
+    if not lo.size or float((hi - lo).min()) >= 0:
+        return lo, hi
+    return xp.minimum(lo, hi), xp.maximum(lo, hi)
+
+
+def _footprint_taps(lo: Any, hi: Any, xp: Any, ordered: bool = False) -> Taps:
     """Source pixels under [lo, hi) and the length of each overlap (GDAL's average weights).
 
     With ``u`` the footprint's end measured from its first pixel's left edge, tap ``k >= 1`` overlaps
     ``clip(u - k, 0, 1)`` and the first ``min(u, 1)`` less the part left of the footprint. Taps past
     the source's edges read the zero padding of the gathers, so no clipping here. (Clips with array-free
-    bounds: NumPy's minimum against a scalar is several times slower.)
+    bounds: NumPy's minimum against a scalar is several times slower.) First indices are int32 (a
+    quarter of the cost of converting to int64), bounded first: positions far off the source stay
+    off it. ``ordered``: the caller has ordered ``lo`` and ``hi`` (:func:`_ordered`).
     """
-    a, u = xp.minimum(lo, hi), xp.maximum(lo, hi)
-    first = a + EPS
+    if not ordered:
+        lo, hi = _ordered(lo, hi, xp)
+    first = lo + EPS
     xp.floor(first, out=first)
-    u -= first
-    a -= first
+    u = hi - first
+    a = lo - first
     w0 = xp.clip(u, -xp.inf, 1.0)
     w0 -= a
     k_max = max(1, int(math.ceil(float(u.max()) - EPS))) if u.size else 1
@@ -187,7 +210,16 @@ def _footprint_taps(lo: Any, hi: Any, xp: Any) -> Taps:
         w = u - k
         xp.clip(w, 0.0, 1.0, out=w)
         wts.append(w)
-    return first.astype(xp.int64), wts
+    xp.clip(first, -INDEX_BOUND, INDEX_BOUND, out=first)
+    return first.astype(xp.int32), wts
+
+
+def _overlap(lo: Any, hi: Any, n: int, xp: Any) -> Any:
+    """Length of [lo, hi) inside [0, n) (``lo <= hi``): the sum of a footprint's average weights over the
+    pixels of a source of ``n`` pixels that are all valid, without gathering them."""
+    inside = xp.clip(hi, 0.0, float(n))
+    inside -= xp.clip(lo, 0.0, float(n))
+    return inside
 
 
 # ---------------------------------------------------------------------------------------------- nearest
@@ -273,19 +305,24 @@ def _two_pass(a: Any, x_cols: list[Any], x_wts: list[Any], rows: list[Any], y_wt
 
 
 def _gather_mean(data: Any, valid: Any, pad: int, y_taps: Taps, x_taps: Taps, ft: Any, xp: Any,
-                 spans: tuple[tuple[int, int], tuple[int, int]]) -> tuple[Any, Any]:  # fmt: skip
+                 spans: tuple[tuple[int, int], tuple[int, int]], overlaps: tuple[Any, Any] | None = None,
+                 ) -> tuple[Any, Any]:  # fmt: skip
     """Σ w·v and Σ w·valid (in ``ft``) over per-pixel taps, gathered from ``data`` padded by ``pad`` zeros.
 
     ``valid``: the padded validity as a 2-D array, or as (rows, columns) 1-D profiles when it is
     separable (no nodata in the window): the weight sum then costs no gathers at all. ``spans``: the
-    least and greatest first index of the y and x taps.
+    least and greatest first index of the y and x taps. ``overlaps``: with a window that is all valid,
+    each footprint's length inside the source along y and x (average): Σ w·valid is their product.
     """
     hp, wp = data.shape
     (fy, wy), (fx, wx) = y_taps, x_taps
     iy = xp.clip(fy, -len(wy), hp - 2 * pad) + pad if pad else fy
     ix = xp.clip(fx, -len(wx), wp - 2 * pad) + pad if pad else fx
+    if hp * wp >= 1 << 31:  # flat indices past int32
+        iy, ix = iy.astype(xp.int64), ix.astype(xp.int64)
     base = iy * wp
     base += ix
+    base = base.astype(xp.int64, copy=False)  # take's index type: converted once, not per gather
     separable = isinstance(valid, tuple)
     sources = [data.ravel()] if separable else [data.ravel(), valid.ravel()]
     # A footprint a little over n pixels long reaches an (n+1)-th pixel only for some destination
@@ -328,7 +365,9 @@ def _gather_mean(data: Any, valid: Any, pad: int, y_taps: Taps, x_taps: Taps, ft
             total.ravel()[sparse_y] += wy[-1].ravel()[sparse_y] * row
     acc = sums[0]
     wsum = None if separable else sums[1]
-    if separable:
+    if separable and overlaps is not None:
+        wsum = overlaps[0] * overlaps[1]
+    elif separable:
         vy, vx = valid
         (ylo, yhi), (xlo, xhi) = spans  # of the clipped indices: clipping is monotone
         ys = (min(max(ylo, -len(wy)), hp - 2 * pad), min(max(yhi, -len(wy)), hp - 2 * pad)) if pad else spans[0]
@@ -410,8 +449,10 @@ class _Weighted:
     overlapping rows ~9 times over.
     """
 
-    def __init__(self, data: Any, valid: Any, ft: Any, xp: Any) -> None:
+    def __init__(self, data: Any, valid: Any, ft: Any, xp: Any, all_valid: bool = False) -> None:
         self.data, self.valid, self.ft, self.xp = data, valid, ft, xp
+        self.all_valid = all_valid
+        """Every pixel is valid (``valid`` is profiles of ones)."""
         self.whole: dict[int, tuple[Any, Any]] = {}
         """The whole source framed, by frame width (small sources only)."""
         self.band: _Band | None = None
@@ -419,14 +460,17 @@ class _Weighted:
         self.buffers: dict[str, Any] = {}
         """Large sources: the arrays the framed rows are written into, reused from block to block."""
 
-    def sums(self, y_taps: Taps, x_taps: Taps) -> tuple[Any, Any]:
-        """Σ w·v and Σ w·valid over the taps."""
+    def sums(self, y_taps: Taps, x_taps: Taps, overlaps: tuple[Any, Any] | None = None) -> tuple[Any, Any]:
+        """Σ w·v and Σ w·valid over the taps. ``overlaps``: see :func:`_gather_mean`; used when every
+        pixel is valid."""
         xp, (h, w) = self.xp, self.data.shape
         spans = (_span(y_taps), _span(x_taps))
         (ylo, yhi), (xlo, xhi) = spans
         ny = len(y_taps[1])
+        if not self.all_valid:
+            overlaps = None
         if ylo >= 0 and yhi + ny <= h and xlo >= 0 and xhi + len(x_taps[1]) <= w:  # all taps inside
-            return _gather_mean(self.data, self.valid, 0, y_taps, x_taps, self.ft, xp, spans)
+            return _gather_mean(self.data, self.valid, 0, y_taps, x_taps, self.ft, xp, spans, overlaps)
         pad = max(ny, len(x_taps[1])) + 1
         if self.data.nbytes <= WHOLE_FRAME_BYTES:
             r0 = 0
@@ -441,7 +485,8 @@ class _Weighted:
                 band = self.band = _Band(r0, end, pad, *self._framed(r0, end, pad, reuse=True))
             r0, framed, vframed = band.r0, band.framed, band.vframed
         rows = (y_taps[0] - r0, y_taps[1]) if r0 else y_taps  # the same taps, counted from the first framed row
-        return _gather_mean(framed, vframed, pad, rows, x_taps, self.ft, xp, ((ylo - r0, yhi - r0), spans[1]))
+        return _gather_mean(framed, vframed, pad, rows, x_taps, self.ft, xp, ((ylo - r0, yhi - r0), spans[1]),
+                            overlaps)  # fmt: skip
 
     def _framed(self, r0: int, r1: int, pad: int, reuse: bool) -> tuple[Any, Any]:
         """Rows ``r0 : r1`` of the pixels and of their validity in a frame of ``pad`` zeros; written into
@@ -465,24 +510,30 @@ class _Weighted:
         return _pad(a, pad, 0, self.xp, out=buf[:rows])
 
 
-def _general_mean(src: Any, nodata: float, cmap: CoordMap, taps_for: Callable[[int, int], tuple[Taps, Taps]],
-                  inside_test: bool) -> Any:  # fmt: skip
+BlockTaps = tuple[Taps, Taps, "tuple[Any, Any] | None"]
+"""A row block's y taps, x taps and, for the average, each footprint's length inside the source along y
+and x (the weight sums of an all-valid window: see :func:`_gather_mean`)."""
+
+
+def _general_mean(src: Any, nodata: float, cmap: CoordMap, taps_for: Callable[[int, int], BlockTaps],
+                  inside_test: bool, convex: bool = False) -> Any:  # fmt: skip
     """Weighted means over per-pixel taps from a line map, in row blocks; GDAL's renormalisation.
 
     Pixels are gathered in their own dtype (half the memory traffic of float32 for 16-bit data) and
-    weighted in float."""
+    weighted in float. ``convex``: the weights are never negative (see :func:`_finish`)."""
     xp = get_xp(src)
     h, w = cmap.shape_yx
     ft = _work_dtype(src.dtype, xp)
     valid = valid_mask(src, nodata, xp)
     if bool(valid.all()):
-        pixels = _Weighted(src, (xp.ones(src.shape[0], dtype=ft), xp.ones(src.shape[1], dtype=ft)), ft, xp)
+        ones = (xp.ones(src.shape[0], dtype=ft), xp.ones(src.shape[1], dtype=ft))
+        pixels = _Weighted(src, ones, ft, xp, all_valid=True)
     else:
         pixels = _Weighted(xp.where(valid, src, 0), valid.astype(ft), ft, xp)
     out = xp.empty((h, w), dtype=src.dtype)
     for r0, r1 in _row_blocks(h, w, xp):
         acc, wsum = pixels.sums(*taps_for(r0, r1))
-        block = _finish(acc, wsum, nodata, src.dtype, xp)
+        block = _finish(acc, wsum, nodata, src.dtype, xp, convex)
         if inside_test:
             xc, yc = cmap.centre_positions(xp, r0, r1, "f4")
             block = xp.where(_inside(xc, yc, src.shape), block, nodata_fill(nodata, src.dtype, xp))
@@ -520,9 +571,9 @@ def _bilinear_general(src: Any, nodata: float, cmap: CoordMap, sx: float, sy: fl
     stretch = [1 if s >= DOWNSAMPLING else _integer_stretch(s) for s in (sx, sy)]
     if stretch[0] is None or stretch[1] is None:  # other stretches: the taps one by one
 
-        def direct(r0: int, r1: int) -> tuple[Taps, Taps]:
+        def direct(r0: int, r1: int) -> BlockTaps:
             xc, yc = cmap.centre_positions(xp, r0, r1)
-            return _kernel_taps(yc, sy, "bilinear", xp, "f4"), _kernel_taps(xc, sx, "bilinear", xp, "f4")
+            return _kernel_taps(yc, sy, "bilinear", xp, "f4"), _kernel_taps(xc, sx, "bilinear", xp, "f4"), None
 
         return _general_mean(src, nodata, cmap, direct, inside_test=True)
     ft = _work_dtype(src.dtype, xp)
@@ -563,9 +614,9 @@ def _interpolate(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any:
         return _bilinear_general(src, nodata, cmap, sx, sy)
     ft = _work_dtype(src.dtype, xp)
 
-    def taps(r0: int, r1: int) -> tuple[Taps, Taps]:
+    def taps(r0: int, r1: int) -> BlockTaps:
         xc, yc = cmap.centre_positions(xp, r0, r1, "f4")
-        return _kernel_taps(yc, sy, method, xp, ft), _kernel_taps(xc, sx, method, xp, ft)
+        return _kernel_taps(yc, sy, method, xp, ft), _kernel_taps(xc, sx, method, xp, ft), None
 
     return _general_mean(src, nodata, cmap, taps, inside_test=True)
 
@@ -602,11 +653,13 @@ def resample_average(src: Any, nodata: float, cmap: CoordMap) -> Any:
         x_taps = _footprint_taps(xlo[0], xhi[0], xp)
         return _separable_mean(src, nodata, y_taps, x_taps, xp)
 
-    def taps(r0: int, r1: int) -> tuple[Taps, Taps]:
+    def taps(r0: int, r1: int) -> BlockTaps:
         xlo, xhi, ylo, yhi = _footprints(cmap, xp, r0, r1)
-        return _footprint_taps(ylo, yhi, xp), _footprint_taps(xlo, xhi, xp)
+        (ylo, yhi), (xlo, xhi) = _ordered(ylo, yhi, xp), _ordered(xlo, xhi, xp)
+        overlaps = _overlap(ylo, yhi, h_s, xp), _overlap(xlo, xhi, w_s, xp)
+        return _footprint_taps(ylo, yhi, xp, True), _footprint_taps(xlo, xhi, xp, True), overlaps
 
-    return _general_mean(src, nodata, cmap, taps, inside_test=False)
+    return _general_mean(src, nodata, cmap, taps, inside_test=False, convex=True)
 
 
 # -------------------------------------------------------------------------------- aligned block factors
@@ -727,8 +780,8 @@ def _footprint_values(marked: _Marked, cmap: CoordMap, r0: int, r1: int, repeats
     (fy, wy), (fx, wx) = _footprint_taps(ylo, yhi, xp), _footprint_taps(xlo, xhi, xp)
     flat, pad = marked.padded(max(len(wy), len(wx)) + 1)
     wp = w_s + 2 * pad
-    iy = xp.clip(fy, -len(wy), h_s) + pad
-    ix = xp.clip(fx, -len(wx), w_s) + pad
+    iy = (xp.clip(fy, -len(wy), h_s) + pad).astype(xp.int64)
+    ix = (xp.clip(fx, -len(wx), w_s) + pad).astype(xp.int64)
     if repeats_ok:  # the last tap inside the footprint, repeated: min and max do not mind
         ny = xp.maximum(sum((wk > 0).astype("i8") for wk in wy[1:]), 0)
         nx = xp.maximum(sum((wk > 0).astype("i8") for wk in wx[1:]), 0)
