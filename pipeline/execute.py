@@ -79,6 +79,9 @@ def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
     n = config.execution.workers or os.cpu_count() or 1
     n = max(1, min(n, n_partitions))
     settings: dict[str, Any] = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_MALLOC.items()}
+    # distributed's statistical profiler samples each worker's task thread every 10 ms, holding the GIL
+    # (~5% of a worker's CPU here); the report times the stages itself and never reads that profile.
+    settings["distributed.worker.profile.enabled"] = False
     method = settings["distributed.worker.multiprocessing-method"] = worker_start_method()  # server: run()
     if method == "forkserver":
         # distributed's first forkserver context imports every package it would preload (pandas among

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -118,3 +119,16 @@ def test_local_workers_tune_glibcs_allocator() -> None:
     )
     assert tune_malloc() is bool(glibc)
     assert warm_up(local=True) == os.getpid()
+
+
+def test_the_local_clusters_workers_run_without_distributeds_profiler(small_config: Any) -> None:
+    """Its 10 ms stack sampling holds each worker's GIL; the report times the stages itself."""
+    from pipeline.execute import _start_client
+
+    client, cluster = _start_client(small_config("execution.workers=1"), n_partitions=1)
+    try:
+        running = client.run(lambda dask_worker: sorted(dask_worker.periodic_callbacks))
+        assert running and all("profile" not in names for names in running.values()), running
+    finally:
+        client.close()
+        cluster.close()
