@@ -30,6 +30,9 @@ KERNEL_PAD = {"nearest": 1, "bilinear": 2, "cubic": 3, "average": 2, "mode": 2, 
 # Methods that blend values may read an (average) overview; value-picking methods read full resolution,
 # so that nearest/mode/min/max/median only ever return values present in the data.
 OVERVIEW_METHODS = frozenset({"average", "bilinear", "cubic"})
+SNAP_TO_GROUP = 1.0
+"""A partition cut moves to the start of a band and date when that is within this many partitions' shares
+of the total (see :func:`pack_partitions`)."""
 # An overview is used when its pixel is at most this much coarser than the target pixel.
 OVERVIEW_TOLERANCE = 1.01
 
@@ -472,7 +475,8 @@ def compute_plan(
     out_px = np.minimum(ch, h - job_cy * ch) * np.minimum(cw, w - job_cx * cw)
     read_bytes = np.add.reduceat(pair_bytes, job_first) if n_pairs else np.zeros(0, dtype=np.int64)
     job_cost = (read_bytes + out_px * itemsize[job_band]).astype(np.int64)
-    part_start = pack_partitions(job_cost, partition_mb * 1e6)
+    group_first = np.flatnonzero(np.diff(np.stack([job_t, job_band]), axis=1, prepend=-1).any(axis=0))
+    part_start = pack_partitions(job_cost, partition_mb * 1e6, group_start=group_first)
 
     tables = PlanTables(
         paths=paths, crs=tiles["crs"].astype(object), nodata=tiles["nodata"].astype("f8"),
@@ -501,20 +505,33 @@ def compute_plan(
     )
 
 
-def pack_partitions(job_cost: np.ndarray, target_bytes: float, split_factor: float = 3.0) -> np.ndarray:
+def pack_partitions(job_cost: np.ndarray, target_bytes: float, split_factor: float = 3.0,
+                    group_start: np.ndarray | None = None, snap: float = SNAP_TO_GROUP) -> np.ndarray:  # fmt: skip
     """Offsets of partitions over the jobs, in job order.
 
     K = ceil(total / target) partitions cut where the cumulative cost crosses each k/K of the total,
-    so tiny jobs are batched and partitions are even (within one job). Then, until none is left,
-    any partition of several jobs costing over ``split_factor`` x the median is halved by cost.
-    A single job is never split: a chunk is the unit of writing.
+    so tiny jobs are batched and partitions are even (within one job). ``group_start``: the first job
+    of each run of jobs that read the same files (one band and date); a cut within ``snap`` of a
+    partition's share of a group's start moves there, so that the group's files are opened and
+    their blocks decoded by one task rather than two. Then, until none is left, any partition of
+    several jobs costing over ``split_factor`` x the median is halved by cost. A single job is never
+    split: a chunk is the unit of writing.
     """
     n = len(job_cost)
     if n == 0:
         return np.zeros(1, dtype=np.int64)
     csum = np.concatenate([[0.0], np.cumsum(job_cost, dtype="f8")])
     k = max(1, math.ceil(csum[-1] / target_bytes))
-    cuts = np.searchsorted(csum, csum[-1] * np.arange(1, k) / k, side="left")
+    ideal = csum[-1] * np.arange(1, k) / k
+    cuts = np.searchsorted(csum, ideal, side="left")
+    if group_start is not None and len(group_start) > 1 and k > 1:
+        starts = np.asarray(group_start, dtype=np.int64)[1:]  # the first group starts at 0: no cut there
+        at = csum[starts]
+        right = np.clip(np.searchsorted(at, ideal), 0, len(starts) - 1)
+        left = np.clip(right - 1, 0, len(starts) - 1)
+        nearest = np.where(np.abs(at[left] - ideal) <= np.abs(at[right] - ideal), left, right)
+        close = np.abs(at[nearest] - ideal) <= snap * csum[-1] / k
+        cuts = np.where(close, starts[nearest], cuts)
     bounds = np.unique(np.concatenate([[0], np.clip(cuts, 1, n - 1) if n > 1 else [], [n]]).astype(np.int64))
     while len(bounds) > 2:
         costs = csum[bounds[1:]] - csum[bounds[:-1]]

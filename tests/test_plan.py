@@ -157,3 +157,44 @@ def test_partitions_are_even_ordered_and_have_no_long_tail(costs: list[int], tar
     assert np.all(part[several] <= 3 * np.median(part) + 1e-9)
     # A partition of several jobs holds at most its share of the total plus one job.
     assert np.all(part[several] <= job_cost.sum() / k + job_cost.max())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(1, 40), min_size=1, max_size=60),
+    st.integers(1, 10**4),
+    st.floats(0.2, 4.0),
+)  # fmt: skip
+def test_cuts_move_to_the_start_of_a_band_and_date_when_one_is_near(sizes: list[int], job: int, per: float) -> None:
+    """Groups of jobs read the same files (one band and date): a cut within a partition's share of a
+    group's start moves there, so the files are opened once; partitions stay ordered and without a
+    long tail."""
+    from pipeline.plan import SNAP_TO_GROUP, pack_partitions
+
+    job_cost = np.full(sum(sizes), job, dtype=np.int64)
+    group_start = np.cumsum([0, *sizes[:-1]])
+    target = per * float(np.median(sizes)) * job
+    bounds = pack_partitions(job_cost, target, group_start=group_start)
+    assert bounds[0] == 0 and bounds[-1] == len(job_cost) and np.all(np.diff(bounds) > 0)
+    part = np.add.reduceat(job_cost, bounds[:-1])
+    several = np.diff(bounds) > 1
+    assert np.all(part[several] <= 3 * np.median(part) + 1e-9)
+    k = max(1, int(np.ceil(job_cost.sum() / target)))
+    share = job_cost.sum() / k
+    csum = np.concatenate([[0], np.cumsum(job_cost)])
+    # Where a group starts within the snapping distance of a cut's due place, the cut is there.
+    for due in share * np.arange(1, k):
+        near = np.abs(csum[group_start[1:]] - due)
+        if near.size and near.min() < SNAP_TO_GROUP * share:
+            assert np.isin(group_start[1:][near == near.min()], bounds).any()  # (of equally near ones)
+
+
+def test_bands_about_a_partition_in_size_are_never_split() -> None:
+    """24 band-dates of 12 chunks, 60 m ones half the cost: 24 partitions, one band-date each."""
+    from pipeline.plan import pack_partitions
+
+    costs = np.concatenate([np.full(12, 3 if b % 6 == 0 else 6) for b in range(24)]).astype(np.int64)
+    group_start = np.arange(24) * 12
+    bounds = pack_partitions(costs, float(costs.sum()) / 25 * 0.999, group_start=group_start)
+    assert set(bounds[:-1].tolist()) <= set(group_start.tolist())
+    assert len(bounds) - 1 >= 20
