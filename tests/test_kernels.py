@@ -242,3 +242,19 @@ def test_aligned_upsampling_past_the_source_edge_matches_gdal(method: str) -> No
     assert (got[:30] == 0).all() and (got[:, :30] == 0).all()
     np.testing.assert_array_equal(got[30:, 30:], ref[30:, 30:])
     np.testing.assert_array_equal(np.repeat(np.repeat(a[:118, :118], 3, axis=0), 3, axis=1), ref[30:, 30:])
+
+
+@pytest.mark.parametrize("method", KERNEL_METHODS)
+def test_large_sources_give_the_same_pixels_without_a_framed_copy(method: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sources over WHOLE_FRAME_BYTES are not copied into a zero frame whole: the weighted methods frame
+    bands of rows a few blocks deep, nearest masks the pixels off the source. Same pixels either way."""
+    import pipeline.resample.kernels as kernels
+
+    a, s = source(*CASES["cross-zone"])
+    dt, shape = dst_grid("cross-zone", (600, 600))
+    framed_whole = warp_window(a, s, shape, dt, "EPSG:32632", 0.0, method, engine="kernels")
+    monkeypatch.setattr(kernels, "WHOLE_FRAME_BYTES", 0)
+    monkeypatch.setattr(kernels, "BLOCK_PX", 1 << 14)  # more blocks, so bands are framed again and reused
+    np.testing.assert_array_equal(warp_window(a, s, shape, dt, "EPSG:32632", 0.0, method, engine="kernels"),
+                                  framed_whole)  # fmt: skip
+    assert (framed_whole[:, -1] == 0).all() and (framed_whole != 0).any()  # it reaches past the source

@@ -247,6 +247,14 @@ def resample_nearest(src: Any, nodata: float, cmap: CoordMap) -> Any:
             y += x
             out[r0:r1] = xp.take(flat, y.astype(xp.int64))
             continue
+        if src.nbytes > WHOLE_FRAME_BYTES:  # no frame of a large source (a copy of it): a mask instead
+            on = (x >= 0) & (x < w_s) & (y >= 0) & (y < h_s)
+            xp.clip(x, 0, w_s - 1, out=x)
+            xp.clip(y, 0, h_s - 1, out=y)
+            y *= w_s
+            y += x
+            out[r0:r1] = xp.where(on, xp.take(flat, y.astype(xp.int64)), fill)
+            continue
         if framed is None:  # a one-pixel frame of nodata: positions off the source clip onto it
             framed = _pad(src, 1, fill, xp).ravel()
         xp.clip(x, -1, w_s, out=x)
