@@ -75,9 +75,9 @@ def _finish(acc: Any, wsum: Any, nodata: float, dtype: Any, xp: Any, convex: boo
     overwritten. Where every pixel has weight (the usual case) no masks are formed at all.
 
     ``convex`` (weights never negative: a mean of valid pixels, within their range): for unsigned
-    types up to 32 bits the value plus a half is already at least 0.5 and at most the type's maximum plus a half, so
-    the cast's truncation is the floor and no clip is needed; and where nodata is 0, a pixel without
-    weight (acc 0) casts to it by itself."""
+    types up to 32 bits, the value plus a half is already between 0.5 and the type's maximum plus a
+    half, so the cast's truncation is the floor and no clip is needed; and where nodata is 0, a pixel
+    without weight (acc 0) casts to it by itself."""
     ok = wsum > 1e-6
     everywhere = bool(ok.all())
     if not everywhere:
@@ -518,7 +518,7 @@ class _Weighted:
         return _pad(a, pad, 0, self.xp, out=buf[:rows])
 
 
-BlockTaps = tuple[Taps, Taps, "tuple[Any, Any] | None"]
+BlockTaps = tuple[Taps, Taps, tuple[Any, Any] | None]
 """A row block's y taps, x taps and, for the average, each footprint's length inside the source along y
 and x (the weight sums of an all-valid window: see :func:`_gather_mean`)."""
 
@@ -940,7 +940,7 @@ def _host(a: Any) -> Any:
     return np.asarray(a.get() if not isinstance(a, np.ndarray) and hasattr(a, "get") else a, dtype="f8")
 
 
-def _axis_lattice(e: Any, n_src: int) -> tuple[int, int] | None:
+def _axis_lattice(e: Any) -> tuple[int, int] | None:
     """(n, k0) when the edges ``e`` are the lattice ``(k0 + k) / n`` of source pixel coordinates (whole
     numbers: 1 / n pixels each, n >= 1), checked on the host; else None."""
     e = _host(e)
@@ -954,7 +954,7 @@ def _axis_lattice(e: Any, n_src: int) -> tuple[int, int] | None:
         return None
     k = e * n
     k0 = round(float(k[0]))
-    if float(np.abs(k - (k0 + np.arange(e.shape[0]))).max()) > 1e-6:
+    if float(np.abs(k - (k0 + np.arange(e.shape[0]))).max()) > 1e-9 * max(1.0, abs(k0)):
         return None
     return n, k0
 
@@ -970,7 +970,7 @@ def single_pixel(cmap: CoordMap, src_shape: tuple[int, int]) -> tuple[Any, Any] 
         return None
     picks: list[Any] = []
     for e, size in ((cmap.ye, src_shape[0]), (cmap.xe, src_shape[1])):
-        found = _axis_lattice(e, size)
+        found = _axis_lattice(e)
         if found is None:
             return None
         n, k0 = found
