@@ -1,8 +1,10 @@
 """GPU parity and speed of the resample kernels: needs only numpy and cupy (and this package's
 pure ``pipeline.resample``), so it runs on a bare GPU machine.
 
-For each kernel method, two maps (``same``: one CRS, a 2x reduction with a quarter-pixel offset;
-``reproj``: a rotated 2x reduction given as line maps, the shape of a cross-zone reprojection),
+For each kernel method, three maps (``same``: one CRS, a 2x reduction with a quarter-pixel offset;
+``reproj``: a rotated 2x reduction given as line maps, the shape of a cross-zone reprojection;
+``up3``: one CRS, aligned 3x upsampling reaching 8 pixels past the source's top-left corner, the
+footprint methods' cut-and-gather fast path),
 sizes 256^2 .. 8192^2 (``GPU_CHECK_SIZES``), uint16 and float32: runs both backends on the same
 input, asserts GPU == CPU (nearest, mode, min, max and median exact; the others within 1e-3
 relative), and prints CPU time against GPU time including host->device and device->host transfers
@@ -39,10 +41,14 @@ def rotated_lines(n: int, offset: float) -> LineMap:
 
 def maps(case: str, n: int, xp: object) -> CoordMap:
     """``same``: a 2x reduction with a quarter-pixel offset (not the aligned block fast path);
-    ``reproj``: the rotated line maps, pixel centres and corners."""
+    ``reproj``: the rotated line maps, pixel centres and corners; ``up3``: 3 destination pixels per
+    source pixel on shared edges, starting 8 destination pixels before the source."""
     if case == "same":
         edges = np.arange(n + 1, dtype="f8") * 2.0 + 0.25
         cmap = CoordMap((n, n), xe=edges, ye=edges, scale_xy=(0.5, 0.5))
+    elif case == "up3":
+        edges = (np.arange(n + 1, dtype="f8") - 8) / 3
+        cmap = CoordMap((n, n), xe=edges, ye=edges, scale_xy=(3.0, 3.0))
     else:
         cmap = CoordMap((n, n), centres=rotated_lines(n, 0.5), corners=rotated_lines(n + 1, 0.0), scale_xy=(0.5, 0.5))
     return cmap.to(xp)
@@ -59,7 +65,8 @@ def main() -> int:
         return 2
     print(f"{'method':<9}{'map':<7}{'dtype':<8}{'size':>6}{'cpu ms':>10}{'gpu ms':>10}{'speedup':>9}")
     ok = True
-    for method, case, dtype in ((m, c, d) for m in METHODS for c in ("same", "reproj") for d in ("uint16", "float32")):
+    cases = [(m, c, d) for m in METHODS for c in ("same", "reproj", "up3") for d in ("uint16", "float32")]
+    for method, case, dtype in cases:
         breakeven = None
         for n in SIZES:
             rng = np.random.default_rng(0)
