@@ -258,3 +258,21 @@ def test_large_sources_give_the_same_pixels_without_a_framed_copy(method: str, m
     np.testing.assert_array_equal(warp_window(a, s, shape, dt, "EPSG:32632", 0.0, method, engine="kernels"),
                                   framed_whole)  # fmt: skip
     assert (framed_whole[:, -1] == 0).all() and (framed_whole != 0).any()  # it reaches past the source
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([1.0, 1 / 3, 0.5]), st.integers(-6, 6), st.integers(-6, 6), st.sampled_from([math.nan, -9999.0]),
+       st.integers(0, 2**32 - 1))  # fmt: skip
+def test_same_crs_fast_paths_for_float_pixels(step: float, oy: int, ox: int, nodata: float, seed: int) -> None:
+    """Float pixels with NaN holes, NaN or a number as nodata: the fast paths place nodata where the
+    kernels do (NaN pixels count as nodata) and give the same values (the kernels' weighted mean of one
+    pixel may differ from it in the last bit)."""
+    rng = np.random.default_rng(seed)
+    src = rng.uniform(-50, 50, size=(9, 11)).astype("f4")
+    src[rng.random(src.shape) < 0.2] = np.nan
+    if not math.isnan(nodata):
+        src[rng.random(src.shape) < 0.1] = nodata
+    cmap = CoordMap((14, 16), xe=ox * step + np.arange(17) * step, ye=oy * step + np.arange(15) * step)
+    for method in FOOTPRINT_METHODS:
+        got, want = resample(src, nodata, cmap, method), RESAMPLERS[method](src, nodata, cmap)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0, equal_nan=True, err_msg=method)
