@@ -92,14 +92,15 @@ def test_doctor_and_version() -> None:
 
 def test_a_run_imports_neither_pandas_in_the_driver_nor_zarr_in_the_workers(tmp_path: Path, small_dir: Path) -> None:
     """Start-up is most of a small run: pandas cost the driver ~0.3-0.5 s (through the tile table and
-    distributed's forkserver preload), zarr-python every worker ~0.2 s. A run needs neither."""
+    distributed's forkserver preload), zarr-python every worker ~0.2 s. A run needs neither, nor, without
+    a terminal to show a progress bar on, tqdm."""
     cfg = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
     driver = (
         "import sys\n"
         "from pipeline.config import load_config\n"
         "from pipeline.execute import run\n"
         f"assert run(load_config({str(cfg)!r})).exit_code == 0\n"
-        "print(sorted(m for m in ('pandas', 'zarr') if m in sys.modules))\n"
+        "print(sorted(m for m in ('pandas', 'zarr', 'tqdm') if m in sys.modules))\n"
     )
     worker = (  # a worker's imports and tasks, in one process, on the store the driver made
         "import importlib, sys\n"
