@@ -55,6 +55,8 @@ INDEX_BOUND = float(1 << 30)
 
 Taps = tuple[Any, list[Any]]
 """(first source index, [weight of tap k]): tap ``k`` reads index ``first + k``."""
+Footprints = tuple[Any, Any, Any, Any]
+"""(ylo, yhi, xlo, xhi) of a row block's pixels in source pixels, each ``lo <= hi``."""
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -468,15 +470,17 @@ class _Weighted:
         self.buffers: dict[str, Any] = {}
         """Large sources: the arrays the framed rows are written into, reused from block to block."""
 
-    def sums(self, y_taps: Taps, x_taps: Taps, overlaps: tuple[Any, Any] | None = None) -> tuple[Any, Any]:
-        """Σ w·v and Σ w·valid over the taps. ``overlaps``: see :func:`_gather_mean`; used when every
-        pixel is valid."""
+    def sums(self, y_taps: Taps, x_taps: Taps, footprints: Footprints | None = None) -> tuple[Any, Any]:
+        """Σ w·v and Σ w·valid over the taps. ``footprints`` (average): where every pixel is valid, the
+        weight sums are their lengths inside the source (:func:`_overlap`), not gathered."""
         xp, (h, w) = self.xp, self.data.shape
+        overlaps = None
+        if footprints is not None and self.all_valid:
+            fy0, fy1, fx0, fx1 = footprints
+            overlaps = _overlap(fy0, fy1, h, xp), _overlap(fx0, fx1, w, xp)
         spans = (_span(y_taps), _span(x_taps))
         (ylo, yhi), (xlo, xhi) = spans
         ny = len(y_taps[1])
-        if not self.all_valid:
-            overlaps = None
         if ylo >= 0 and yhi + ny <= h and xlo >= 0 and xhi + len(x_taps[1]) <= w:  # all taps inside
             return _gather_mean(self.data, self.valid, 0, y_taps, x_taps, self.ft, xp, spans, overlaps)
         pad = max(ny, len(x_taps[1])) + 1
@@ -518,9 +522,8 @@ class _Weighted:
         return _pad(a, pad, 0, self.xp, out=buf[:rows])
 
 
-BlockTaps = tuple[Taps, Taps, tuple[Any, Any] | None]
-"""A row block's y taps, x taps and, for the average, each footprint's length inside the source along y
-and x (the weight sums of an all-valid window: see :func:`_gather_mean`)."""
+BlockTaps = tuple[Taps, Taps, Footprints | None]
+"""A row block's y taps, x taps and, for the average, its footprints (see :meth:`_Weighted.sums`)."""
 
 
 def _general_mean(src: Any, nodata: float, cmap: CoordMap, taps_for: Callable[[int, int], BlockTaps],
@@ -651,7 +654,6 @@ def _footprints(cmap: CoordMap, xp: Any, r0: int, r1: int) -> tuple[Any, Any, An
 def resample_average(src: Any, nodata: float, cmap: CoordMap) -> Any:
     """Area-weighted mean of the source pixels under each destination footprint, nodata ignored."""
     xp = get_xp(src)
-    h_s, w_s = src.shape
     fast = _block_reduce(src, nodata, cmap, xp)
     if fast is not None:
         return fast
@@ -664,8 +666,7 @@ def resample_average(src: Any, nodata: float, cmap: CoordMap) -> Any:
     def taps(r0: int, r1: int) -> BlockTaps:
         xlo, xhi, ylo, yhi = _footprints(cmap, xp, r0, r1)
         (ylo, yhi), (xlo, xhi) = _ordered(ylo, yhi, xp), _ordered(xlo, xhi, xp)
-        overlaps = _overlap(ylo, yhi, h_s, xp), _overlap(xlo, xhi, w_s, xp)
-        return _footprint_taps(ylo, yhi, xp, True), _footprint_taps(xlo, xhi, xp, True), overlaps
+        return _footprint_taps(ylo, yhi, xp, True), _footprint_taps(xlo, xhi, xp, True), (ylo, yhi, xlo, xhi)
 
     return _general_mean(src, nodata, cmap, taps, inside_test=False, convex=True)
 
