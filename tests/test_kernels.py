@@ -214,16 +214,18 @@ FOOTPRINT_METHODS = [m for m in KERNEL_METHODS if m not in ("nearest", "bilinear
 
 @settings(max_examples=80, deadline=None)
 @given(st.integers(3, 20), st.integers(3, 20), st.sampled_from([0.5, 1.0, 1 / 3, 2.0, 0.75]),
-       st.integers(-12, 12), st.integers(-12, 12), st.integers(0, 2**32 - 1))  # fmt: skip
-def test_same_crs_fast_paths_equal_the_kernels(h: int, w: int, step: float, oy: int, ox: int, seed: int) -> None:
+       st.sampled_from([0.5, 1.0, 1 / 3, 2.0, 0.75]), st.integers(-12, 12), st.integers(-12, 12),
+       st.integers(0, 2**32 - 1))  # fmt: skip
+def test_same_crs_fast_paths_equal_the_kernels(h: int, w: int, step: float, step_x: float, oy: int, ox: int,
+                                               seed: int) -> None:  # fmt: skip
     """Destinations on lattices of whole or split source pixels (identical grids, 60 m onto 20 m, 10 m
-    onto 20 m, and steps that fit no lattice), reaching past the source's edges or not: the pixels off
-    the source are cut away and the rest may be a gather of rows and columns; the result is the kernel's
-    on the whole map, pixel for pixel."""
+    onto 20 m, and steps that fit no lattice; each axis its own), reaching past the source's edges or
+    not: the pixels off the source are cut away and the rest may be a gather of rows and columns; the
+    result is the kernel's on the whole map, pixel for pixel."""
     rng = np.random.default_rng(seed)
     src = rng.integers(1, 1000, size=(12, 14)).astype("u2")
     src[rng.random(src.shape) < 0.2] = 0
-    cmap = CoordMap((h, w), xe=ox * step + np.arange(w + 1) * step, ye=oy * step + np.arange(h + 1) * step)
+    cmap = CoordMap((h, w), xe=ox * step_x + np.arange(w + 1) * step_x, ye=oy * step + np.arange(h + 1) * step)
     for method in FOOTPRINT_METHODS:
         np.testing.assert_array_equal(resample(src, 0.0, cmap, method), RESAMPLERS[method](src, 0.0, cmap),
                                       err_msg=method)  # fmt: skip

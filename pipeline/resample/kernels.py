@@ -926,11 +926,8 @@ def _footprint_method(src: Any, nodata: float, cmap: CoordMap, method: str) -> A
         return RESAMPLERS[method](src, nodata, cmap)
     xp = get_xp(src)
     rows, cols = one
-    if isinstance(rows, slice) and isinstance(cols, slice):
-        out = src[rows, cols].copy()
-    else:
-        out = xp.take(src[rows] if isinstance(rows, slice) else xp.take(src, xp.asarray(rows), axis=0),
-                      xp.asarray(cols), axis=1)  # fmt: skip
+    out = src[rows] if isinstance(rows, slice) else xp.take(src, xp.asarray(rows), axis=0)
+    out = out[:, cols].copy() if isinstance(cols, slice) else xp.take(out, xp.asarray(cols), axis=1)
     if src.dtype.kind == "f" and not math.isnan(nodata):  # NaN pixels are nodata too (valid_mask)
         out = xp.where(xp.isnan(out), nodata_fill(nodata, src.dtype, xp), out)
     return out
