@@ -262,6 +262,28 @@ def test_large_sources_give_the_same_pixels_without_a_framed_copy(method: str, m
     assert (framed_whole[:, -1] == 0).all() and (framed_whole != 0).any()  # it reaches past the source
 
 
+@pytest.mark.parametrize("method", [m for m in KERNEL_METHODS if m not in ("nearest", "bilinear", "cubic")])
+def test_taps_of_weight_one_give_the_same_pixels_as_weight_arrays(method: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Downsampling by 2 or more, a footprint covers some of its source pixels whole for every
+    destination pixel: those taps weigh ONE, a number, and add their pixels without a product. The
+    result equals the one with those weights spelt out as arrays of ones, bit for bit."""
+    import pipeline.resample.kernels as kernels
+
+    a, s = source(*CASES["cross-zone"])
+    dt, shape = dst_grid("cross-zone")
+    with_one = warp_window(a, s, shape, dt, "EPSG:32632", 0.0, method, engine="kernels")
+    real, seen = kernels._footprint_taps, []
+
+    def spelt_out(*args: Any, **kw: Any) -> Any:
+        first, wts = real(*args, **kw)
+        seen.append(any(w is kernels.ONE for w in wts))
+        return first, [np.ones(first.shape, dtype=wts[0].dtype) if w is kernels.ONE else w for w in wts]
+
+    monkeypatch.setattr(kernels, "_footprint_taps", spelt_out)
+    np.testing.assert_array_equal(warp_window(a, s, shape, dt, "EPSG:32632", 0.0, method, engine="kernels"), with_one)
+    assert any(seen)
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from([1.0, 1 / 3, 0.5]), st.integers(-6, 6), st.integers(-6, 6), st.sampled_from([math.nan, -9999.0]),
        st.integers(0, 2**32 - 1))  # fmt: skip

@@ -55,6 +55,9 @@ INDEX_BOUND = float(1 << 30)
 
 Taps = tuple[Any, list[Any]]
 """(first source index, [weight of tap k]): tap ``k`` reads index ``first + k``."""
+ONE = 1.0
+"""A tap's weight where it is exactly 1 for every pixel: the tap adds its pixels, multiplying by
+nothing (``1 * v`` is ``v``, so the sums are the same bits)."""
 Footprints = tuple[Any, Any, Any, Any]
 """(ylo, yhi, xlo, xhi) of a row block's pixels in source pixels, each ``lo <= hi``."""
 
@@ -189,7 +192,8 @@ def _ordered(lo: Any, hi: Any, xp: Any) -> tuple[Any, Any]:
 
 
 def _footprint_taps(lo: Any, hi: Any, xp: Any, ordered: bool = False) -> Taps:
-    """Source pixels under [lo, hi) and the length of each overlap (GDAL's average weights).
+    """Source pixels under [lo, hi) and the length of each overlap (GDAL's average weights); a tap every
+    footprint covers whole (downsampling by 2 or more) weighs :data:`ONE`, a number, not an array.
 
     With ``u`` the footprint's end measured from its first pixel's left edge, tap ``k >= 1`` overlaps
     ``clip(u - k, 0, 1)`` and the first ``min(u, 1)`` less the part left of the footprint. Taps past
@@ -204,11 +208,18 @@ def _footprint_taps(lo: Any, hi: Any, xp: Any, ordered: bool = False) -> Taps:
     xp.floor(first, out=first)
     u = hi - first
     a = lo - first
-    w0 = xp.clip(u, -xp.inf, 1.0)
-    w0 -= a
+    u_min = float(u.min()) if u.size else 0.0
+    if u_min >= 1.0:  # every footprint reaches past its first pixel (scale <= 1): min(u, 1) is 1
+        w0 = xp.subtract(1.0, a, out=a)
+    else:
+        w0 = xp.clip(u, -xp.inf, 1.0)
+        w0 -= a
     k_max = max(1, int(math.ceil(float(u.max()) - EPS))) if u.size else 1
-    wts = [w0]
+    wts: list[Any] = [w0]
     for k in range(1, k_max):
+        if u_min >= k + 1:  # every footprint covers its pixel k whole: a weight of exactly 1, no array
+            wts.append(ONE)
+            continue
         w = u - k
         xp.clip(w, 0.0, 1.0, out=w)
         wts.append(w)
@@ -361,24 +372,27 @@ def _gather_mean(data: Any, valid: Any, pad: int, y_taps: Taps, x_taps: Taps, ft
             for kx, wxk in enumerate(dense_x):
                 _take_into(flat[ky * wp + kx :], base, picked[i], xp)  # an offset view, not an index sum
                 if row is None:
-                    row = xp.multiply(wxk, picked[i], dtype=ft)
+                    row = picked[i].astype(ft) if wxk is ONE else xp.multiply(wxk, picked[i], dtype=ft)
+                elif wxk is ONE:
+                    row += picked[i]
                 else:
                     xp.multiply(wxk, picked[i], out=term, dtype=ft)
                     row += term
             if sparse_x is not None:
                 row.ravel()[sparse_x] += wx_last * xp.take(flat[ky * wp :], base_x)
-            row *= wyk
+            if wyk is not ONE:
+                row *= wyk
             if sums[i] is None:
                 sums[i] = row
             else:
                 sums[i] += row
     if sparse_y is not None:
         b = base.ravel()[sparse_y] + (len(wy) - 1) * wp
-        w_cols = [wk.ravel()[sparse_y] for wk in wx]
+        w_cols = [wk if wk is ONE else wk.ravel()[sparse_y] for wk in wx]
         for total, flat in zip(sums, sources, strict=True):
             row = xp.zeros(b.shape, dtype=ft)
             for kx, wxk in enumerate(w_cols):
-                row += wxk * xp.take(flat[kx:], b)
+                row += xp.multiply(wxk, xp.take(flat[kx:], b), dtype=ft)
             total.ravel()[sparse_y] += wy[-1].ravel()[sparse_y] * row
     acc = sums[0]
     wsum = None if separable else sums[1]
@@ -407,7 +421,7 @@ def _take_into(flat: Any, index: Any, out: Any, xp: Any) -> None:
 
 def _sparse_tap(wts: list[Any], xp: Any) -> Any:
     """Flat indices of the pixels whose last tap weighs anything, when they are few (else None)."""
-    if len(wts) < 2:
+    if len(wts) < 2 or wts[-1] is ONE:
         return None
     reaches = wts[-1] != 0
     if int(xp.count_nonzero(reaches)) > SPARSE_TAP * reaches.size:
@@ -800,8 +814,8 @@ def _footprint_values(marked: _Marked, cmap: CoordMap, r0: int, r1: int, repeats
     iy = (xp.clip(fy, -len(wy), h_s) + pad).astype(xp.int64)
     ix = (xp.clip(fx, -len(wx), w_s) + pad).astype(xp.int64)
     if repeats_ok:  # the last tap inside the footprint, repeated: min and max do not mind
-        ny = xp.maximum(sum((wk > 0).astype("i8") for wk in wy[1:]), 0)
-        nx = xp.maximum(sum((wk > 0).astype("i8") for wk in wx[1:]), 0)
+        ny = xp.maximum(sum(xp.asarray(wk > 0).astype("i8") for wk in wy[1:]), 0)  # (ONE > 0 is a bool)
+        nx = xp.maximum(sum(xp.asarray(wk > 0).astype("i8") for wk in wx[1:]), 0)
         rows_k = [(iy + xp.minimum(k, ny)) * wp for k in range(len(wy))]
         cols_k = [ix + xp.minimum(k, nx) for k in range(len(wx))]
         for rk in rows_k:
