@@ -430,17 +430,17 @@ def _sparse_tap(wts: list[Any], xp: Any) -> Any:
 
 
 def _profile_sum(profile: Any, first: Any, wts: list[Any], pad: int, span: tuple[int, int], xp: Any) -> Any:
-    """Σ_k w_k · profile[first + k], in that order. A tap that lands inside for every pixel of the block
-    reads a flat profile's one value without a gather (the same products, so blocks equal the whole).
-    ``span``: the least and greatest of ``first`` (unpadded)."""
+    """Σ_k w_k · profile[first + k], in that order. A tap whose pixels of the block all read one value
+    of the profile (all of it, for a window without nodata; its inside, away from the edges a
+    prefilter lowered) multiplies by that value without a gather: the same products, so blocks equal
+    the whole. ``span``: the least and greatest of ``first`` (unpadded)."""
     n = len(profile) - 2 * pad
     lo, hi = span
     inner = profile[pad : pad + n]
-    c = float(inner[0]) if n else 0.0
-    flat = n > 0 and bool((inner == c).all())
     total: Any = None
     for k, wk in enumerate(wts):
-        if flat and lo + k >= 0 and hi + k < n:
+        c = _constant_over(inner, lo + k, hi + k)
+        if c is not None:
             term = wk if c == 1.0 else wk * c  # w * 1 is w: no pass at all
         else:
             term = xp.empty(first.shape, dtype=profile.dtype)
@@ -451,6 +451,15 @@ def _profile_sum(profile: Any, first: Any, wts: list[Any], pad: int, span: tuple
         else:
             total += term
     return total
+
+
+def _constant_over(a: Any, i: int, j: int) -> float | None:
+    """The one value of ``a[i : j + 1]`` if all its elements equal it and the range is inside ``a``."""
+    if i < 0 or j >= len(a) or j < i:
+        return None
+    part = a[i : j + 1]
+    c = float(part[0])
+    return c if bool((part == c).all()) else None
 
 
 def _span(taps: Taps) -> tuple[int, int]:
