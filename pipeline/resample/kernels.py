@@ -162,12 +162,19 @@ def _kernel_taps(c: Any, scale: float, method: str, xp: Any, dtype: str = "f8") 
     if stretch is not None:
         s = c - 0.5
         first = xp.floor(s)
-        f = (s - first).astype(dtype)
-        first = first.astype(xp.int64) - (int(round(radius * stretch)) - 1)
+        f = (s - first).astype(dtype, copy=False)
+        shift = int(round(radius * stretch)) - 1
+        first = first.astype(xp.int64)
+        if shift:
+            first -= shift
         wts = []
         for coeffs in _tap_polynomials(method, stretch):
-            w = xp.full(f.shape, coeffs[0], dtype=dtype)
-            for c_ in coeffs[1:]:
+            if len(coeffs) == 1:
+                wts.append(xp.full(f.shape, coeffs[0], dtype=dtype))
+                continue
+            w = xp.multiply(f, coeffs[0], dtype=dtype)  # Horner's first step, c0 * f, without a full array of c0
+            w += coeffs[1]
+            for c_ in coeffs[2:]:
                 w *= f
                 w += c_
             wts.append(w)
@@ -593,7 +600,7 @@ def _tent_prefilter(a: Any, stretch: int, axis: int, xp: Any) -> Any:
     step = max(1, (1 << 20) // max(n, 1)) if xp.__name__ == "numpy" else other  # slabs of ~1M values
     for s0 in range(0, other, step):
         slab: Any = a if a.ndim == 1 else a[s0 : s0 + step] if axis == 1 else a[:, s0 : s0 + step]
-        orig = slab.copy()
+        orig = slab.copy() if stretch > 2 else slab  # (stretch 2: one product, taken before the sums)
         scaled = xp.empty_like(orig)
         for k in range(1, stretch):
             xp.multiply(orig, 1.0 - k / stretch, out=scaled)  # each product once: it serves both neighbours
