@@ -80,7 +80,7 @@ def main() -> None:
                              "kernels_Mpx_cpu_s": mpx_cpu["kernels"], "gdal_Mpx_cpu_s": mpx_cpu["gdal"],
                              "ratio_cpu": mpx_cpu["kernels"] / mpx_cpu["gdal"]})  # fmt: skip
                 r = rows[-1]
-                print(f"{n:>5} {name:<6}{method:<9} kernels {r['kernels_Mpx_s']:7.1f} Mpx/s  "
+                print(f"{n:>5} {name:<8}{method:<9} kernels {r['kernels_Mpx_s']:7.1f} Mpx/s  "
                       f"gdal {r['gdal_Mpx_s']:7.1f} Mpx/s  ratio {r['ratio']:.2f}x  "
                       f"(CPU time: {r['kernels_Mpx_cpu_s']:.1f} / {r['gdal_Mpx_cpu_s']:.1f}, {r['ratio_cpu']:.2f}x)",
                       flush=True)  # fmt: skip

@@ -262,6 +262,35 @@ def test_large_sources_give_the_same_pixels_without_a_framed_copy(method: str, m
     assert (framed_whole[:, -1] == 0).all() and (framed_whole != 0).any()  # it reaches past the source
 
 
+@pytest.mark.parametrize("nodata", [False, True])
+@pytest.mark.parametrize("stretch", [(2, 2), (3, 2), (2, 3)])
+def test_bands_prefiltered_one_by_one_equal_the_whole_source_prefiltered(
+    stretch: tuple[int, int], nodata: bool
+) -> None:
+    """A large source's bilinear prefilter runs a band of rows at a time into a reused, framed buffer;
+    every band equals the same rows of the whole source prefiltered, framed, bit for bit (float pixels,
+    so a neighbour row left out would show), at the source's edges and away from them."""
+    import pipeline.resample.kernels as kernels
+
+    rng = np.random.default_rng(7)
+    src = rng.uniform(0, 1000, (90, 70)).astype("f4")
+    valid = rng.random(src.shape) > 0.1 if nodata else np.ones(src.shape, bool)
+    whole = np.where(valid, src, 0).astype("f4")
+    vwhole = valid.astype("f4")
+    for axis, s in ((1, stretch[0]), (0, stretch[1])):
+        whole = kernels._tent_prefilter(whole, s, axis, np)
+        vwhole = kernels._tent_prefilter(vwhole, s, axis, np)
+    lazy = kernels._LazyRows(src, valid if nodata else None, np.float32, stretch, np)
+    pixels = kernels._Weighted(None, None, np.float32, np, lazy=lazy)
+    pad = 4
+    for r0, r1 in [(0, 20), (1, 2), (30, 61), (75, 90), (0, 90)]:
+        got = pixels._made_into(lazy, "data", r0, r1, pad)
+        np.testing.assert_array_equal(got, kernels._pad(whole[r0:r1], pad, 0, np))
+        if nodata:
+            np.testing.assert_array_equal(pixels._made_into(lazy, "valid", r0, r1, pad),
+                                          kernels._pad(vwhole[r0:r1], pad, 0, np))  # fmt: skip
+
+
 @pytest.mark.parametrize("method", [m for m in KERNEL_METHODS if m not in ("nearest", "bilinear", "cubic")])
 def test_taps_of_weight_one_give_the_same_pixels_as_weight_arrays(method: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Downsampling by 2 or more, a footprint covers some of its source pixels whole for every

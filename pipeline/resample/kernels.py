@@ -484,6 +484,35 @@ class _Band(NamedTuple):
     vframed: Any
 
 
+class _LazyRows:
+    """A large source's pixels (nodata zeroed) or validity, prefiltered (:func:`_tent_prefilter`, along
+    x then y) a band of rows at a time, into the band's buffer: no float copy of the whole source.
+    :meth:`make` is asked for ``reach`` rows more on each side than the band keeps, so every kept row
+    is summed with all its neighbours, in the order the whole-source prefilter sums them: same bits."""
+
+    def __init__(self, src: Any, valid: Any, ft: Any, stretch_xy: tuple[int, int], xp: Any) -> None:
+        self.src, self.valid, self.ft, self.xp = src, valid, ft, xp
+        self.stretch_xy = stretch_xy
+        self.shape: tuple[int, int] = src.shape
+        self.reach = stretch_xy[1] - 1
+        """Rows the y prefilter reads on each side of a row."""
+
+    def make(self, out: Any, a0: int, a1: int, validity: bool) -> None:
+        """Rows ``a0 : a1`` into ``out`` (``validity``: of the validity), prefiltered; the first and last
+        ``reach`` rows miss neighbours unless they are the source's own edges."""
+        if validity:
+            out[...] = self.valid[a0:a1]
+        elif self.valid is None:
+            out[...] = self.src[a0:a1]
+        else:
+            out[...] = self.xp.where(self.valid[a0:a1], self.src[a0:a1], 0)
+        sx, sy = self.stretch_xy
+        if sx > 1:
+            _tent_prefilter(out, sx, 1, self.xp)
+        if sy > 1:
+            _tent_prefilter(out, sy, 0, self.xp)
+
+
 class _Weighted:
     """Pixels with nodata zeroed and their validity, as the per-pixel gathers read them.
 
@@ -497,10 +526,14 @@ class _Weighted:
     overlapping rows ~9 times over.
     """
 
-    def __init__(self, data: Any, valid: Any, ft: Any, xp: Any, all_valid: bool = False) -> None:
+    def __init__(self, data: Any, valid: Any, ft: Any, xp: Any, all_valid: bool = False,
+                 lazy: _LazyRows | None = None) -> None:  # fmt: skip
         self.data, self.valid, self.ft, self.xp = data, valid, ft, xp
         self.all_valid = all_valid
         """Every pixel is valid (``valid`` is profiles of ones)."""
+        self.lazy = lazy
+        """Rows made on demand instead of ``data`` (and of ``valid`` where it is 2-D): always framed by bands."""
+        self.shape: tuple[int, int] = lazy.shape if lazy is not None else data.shape
         self.whole: dict[int, tuple[Any, Any]] = {}
         """The whole source framed, by frame width (small sources only)."""
         self.band: _Band | None = None
@@ -511,7 +544,7 @@ class _Weighted:
     def sums(self, y_taps: Taps, x_taps: Taps, footprints: Footprints | None = None) -> tuple[Any, Any]:
         """Σ w·v and Σ w·valid over the taps. ``footprints`` (average): where every pixel is valid, the
         weight sums are their lengths inside the source (:func:`_overlap`), not gathered."""
-        xp, (h, w) = self.xp, self.data.shape
+        xp, (h, w) = self.xp, self.shape
         overlaps = None
         if footprints is not None and self.all_valid:
             fy0, fy1, fx0, fx1 = footprints
@@ -519,10 +552,13 @@ class _Weighted:
         spans = (_span(y_taps), _span(x_taps))
         (ylo, yhi), (xlo, xhi) = spans
         ny = len(y_taps[1])
-        if ylo >= 0 and yhi + ny <= h and xlo >= 0 and xhi + len(x_taps[1]) <= w:  # all taps inside
+        inside = ylo >= 0 and yhi + ny <= h and xlo >= 0 and xhi + len(x_taps[1]) <= w
+        if inside and self.lazy is None:  # all taps inside
             return _gather_mean(self.data, self.valid, 0, y_taps, x_taps, self.ft, xp, spans, overlaps)
         pad = max(ny, len(x_taps[1])) + 1
-        if self.data.nbytes <= WHOLE_FRAME_BYTES:
+        if self.lazy is not None:
+            pad = max(pad, self.lazy.reach)  # (the frame holds the neighbour rows a band's prefilter reads)
+        if self.lazy is None and self.data.nbytes <= WHOLE_FRAME_BYTES:
             r0 = 0
             if pad not in self.whole:
                 self.whole[pad] = self._framed(0, h, pad, reuse=False)
@@ -546,9 +582,30 @@ class _Weighted:
         if isinstance(self.valid, tuple):
             vy, vx = self.valid
             vframed: Any = (xp.concatenate([zeros, vy[r0:r1], zeros]), xp.concatenate([zeros, vx, zeros]))
+        elif self.lazy is not None:
+            vframed = self._made_into(self.lazy, "valid", r0, r1, pad)
         else:
             vframed = self._pad_into("valid", self.valid[r0:r1], pad, reuse)
+        if self.lazy is not None:
+            return self._made_into(self.lazy, "data", r0, r1, pad), vframed
         return self._pad_into("data", self.data[r0:r1], pad, reuse), vframed
+
+    def _made_into(self, lazy: _LazyRows, name: str, r0: int, r1: int, pad: int) -> Any:
+        """Rows ``r0 : r1`` made by ``lazy`` in a frame of ``pad`` zeros, in a reused buffer: the rows a
+        prefilter reads beyond them are made in the frame first, then the frame is zeroed again."""
+        h, w = self.shape
+        a0, a1 = max(0, r0 - lazy.reach), min(h, r1 + lazy.reach)
+        buf = self.buffers.get(name)
+        rows = r1 - r0 + 2 * pad
+        if buf is None or buf.shape[0] < rows or buf.shape[1] != w + 2 * pad:
+            buf = self.buffers[name] = self.xp.empty((rows, w + 2 * pad), dtype=self.ft)
+        framed = buf[:rows]
+        lazy.make(framed[pad - (r0 - a0) : pad + (a1 - r0), pad : pad + w], a0, a1, name == "valid")
+        framed[:pad] = 0
+        framed[pad + r1 - r0 :] = 0
+        framed[:, :pad] = 0
+        framed[:, pad + w :] = 0
+        return framed
 
     def _pad_into(self, name: str, a: Any, pad: int, reuse: bool) -> Any:
         if not reuse:
@@ -628,20 +685,25 @@ def _bilinear_general(src: Any, nodata: float, cmap: CoordMap, sx: float, sy: fl
     ft = _work_dtype(src.dtype, xp)
     valid = valid_mask(src, nodata, xp)
     all_valid = bool(valid.all())
-    data = (src if all_valid else xp.where(valid, src, 0)).astype(ft)  # a copy: prefiltered in place
     vy, vx = xp.ones(src.shape[0], dtype=ft), xp.ones(src.shape[1], dtype=ft)
-    vf = None if all_valid else valid.astype(ft)
-    for axis, s in ((1, stretch[0]), (0, stretch[1])):
-        if s is not None and s > 1:
-            data = _tent_prefilter(data, s, axis, xp)
-            if vf is not None:
-                vf = _tent_prefilter(vf, s, axis, xp)
-            elif axis == 1:
-                vx = _tent_prefilter(vx, s, 0, xp)
-            else:
-                vy = _tent_prefilter(vy, s, 0, xp)
+    if all_valid:  # separable validity: its profiles prefiltered
+        vx = _tent_prefilter(vx, stretch[0], 0, xp) if stretch[0] > 1 else vx
+        vy = _tent_prefilter(vy, stretch[1], 0, xp) if stretch[1] > 1 else vy
+    pixels: _Weighted
+    if xp is np and src.size * np.dtype(ft).itemsize > WHOLE_FRAME_BYTES:
+        # A large source (a 4096² output's is 8232², 271 MB in float32): prefiltered by bands of rows into
+        # reused buffers, not copied whole into fresh pages (slow to fault in after other work).
+        lazy = _LazyRows(src, None if all_valid else valid, ft, (stretch[0], stretch[1]), xp)
+        pixels = _Weighted(None, (vy, vx) if all_valid else None, ft, xp, lazy=lazy)
+    else:
+        data = (src if all_valid else xp.where(valid, src, 0)).astype(ft)  # a copy: prefiltered in place
+        vf = None if all_valid else valid.astype(ft)
+        for axis, s in ((1, stretch[0]), (0, stretch[1])):
+            if s > 1:
+                data = _tent_prefilter(data, s, axis, xp)
+                vf = _tent_prefilter(vf, s, axis, xp) if vf is not None else None
+        pixels = _Weighted(data, vf if vf is not None else (vy, vx), ft, xp)
     h, w = cmap.shape_yx
-    pixels = _Weighted(data, vf if vf is not None else (vy, vx), ft, xp)
     out = xp.empty((h, w), dtype=src.dtype)
     for r0, r1 in _row_blocks(h, w, xp):
         xc, yc = cmap.centre_positions(xp, r0, r1, "f4")
