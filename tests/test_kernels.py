@@ -263,7 +263,7 @@ def test_large_sources_give_the_same_pixels_without_a_framed_copy(method: str, m
 
 
 @pytest.mark.parametrize("nodata", [False, True])
-@pytest.mark.parametrize("stretch", [(2, 2), (3, 2), (2, 3)])
+@pytest.mark.parametrize("stretch", [(2, 2), (3, 2), (2, 3), (2, 1), (1, 2)])
 def test_bands_prefiltered_one_by_one_equal_the_whole_source_prefiltered(
     stretch: tuple[int, int], nodata: bool
 ) -> None:
