@@ -523,7 +523,8 @@ class _Weighted:
     blocks deep, shared by the blocks below while they stay in it, written into the same buffers each
     time. A 4096² output's source framed whole is 271 MB of fresh pages, which took this machine seconds
     to fault in after another library had churned memory; framing each block's rows afresh copied
-    overlapping rows ~9 times over.
+    overlapping rows ~9 times over. A source given as ``lazy`` rows (a large source's bilinear
+    prefilter, :class:`_LazyRows`) is always read through such bands, each made when it is framed.
     """
 
     def __init__(self, data: Any, valid: Any, ft: Any, xp: Any, all_valid: bool = False,
