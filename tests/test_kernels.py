@@ -280,7 +280,7 @@ def test_bands_prefiltered_one_by_one_equal_the_whole_source_prefiltered(
     for axis, s in ((1, stretch[0]), (0, stretch[1])):
         whole = kernels._tent_prefilter(whole, s, axis, np)
         vwhole = kernels._tent_prefilter(vwhole, s, axis, np)
-    lazy = kernels._LazyRows(src, valid if nodata else None, np.float32, stretch, np)
+    lazy = kernels._LazyRows(src, valid if nodata else None, stretch, np)
     pixels = kernels._Weighted(None, None, np.float32, np, lazy=lazy)
     pad = 4
     for r0, r1 in [(0, 20), (1, 2), (30, 61), (75, 90), (0, 90)]:

@@ -111,9 +111,14 @@ def _pad(a: Any, p: int, value: Any, xp: Any, dtype: Any = None, out: Any = None
     into ``out`` when given (its shape must be the framed one)."""
     if out is None:
         out = xp.empty((a.shape[0] + 2 * p, a.shape[1] + 2 * p), dtype=dtype or a.dtype)
-    out[:p], out[-p:], out[:, :p], out[:, -p:] = value, value, value, value
+    _set_frame(out, p, value)
     out[p : p + a.shape[0], p : p + a.shape[1]] = a
     return out
+
+
+def _set_frame(out: Any, p: int, value: Any) -> None:
+    """The outer ``p`` (>= 1) rows and columns of ``out`` set to ``value``."""
+    out[:p], out[-p:], out[:, :p], out[:, -p:] = value, value, value, value
 
 
 def _inside(xc: Any, yc: Any, src_shape: tuple[int, int]) -> Any:
@@ -138,7 +143,7 @@ KERNELS: dict[str, tuple[float, int, Callable[[Any, Any], Any]]] = {
     "bilinear": (1.0, 1, _tent_weight),
     "cubic": (2.0, 3, _cubic_weight),
 }
-"""method -> (radius in destination pixels, polynomial degree between knots, weight function)."""
+"""method -> (radius in destination pixels, polynomial degree between knots (1 or more), weight function)."""
 
 
 @lru_cache(maxsize=64)
@@ -169,9 +174,6 @@ def _kernel_taps(c: Any, scale: float, method: str, xp: Any, dtype: str = "f8") 
             first -= shift
         wts = []
         for coeffs in _tap_polynomials(method, stretch):
-            if len(coeffs) == 1:
-                wts.append(xp.full(f.shape, coeffs[0], dtype=dtype))
-                continue
             w = xp.multiply(f, coeffs[0], dtype=dtype)  # Horner's first step, c0 * f, without a full array of c0
             w += coeffs[1]
             for c_ in coeffs[2:]:
@@ -490,8 +492,8 @@ class _LazyRows:
     :meth:`make` is asked for ``reach`` rows more on each side than the band keeps, so every kept row
     is summed with all its neighbours, in the order the whole-source prefilter sums them: same bits."""
 
-    def __init__(self, src: Any, valid: Any, ft: Any, stretch_xy: tuple[int, int], xp: Any) -> None:
-        self.src, self.valid, self.ft, self.xp = src, valid, ft, xp
+    def __init__(self, src: Any, valid: Any, stretch_xy: tuple[int, int], xp: Any) -> None:
+        self.src, self.valid, self.xp = src, valid, xp
         self.stretch_xy = stretch_xy
         self.shape: tuple[int, int] = src.shape
         self.reach = stretch_xy[1] - 1
@@ -596,26 +598,23 @@ class _Weighted:
         prefilter reads beyond them are made in the frame first, then the frame is zeroed again."""
         h, w = self.shape
         a0, a1 = max(0, r0 - lazy.reach), min(h, r1 + lazy.reach)
-        buf = self.buffers.get(name)
-        rows = r1 - r0 + 2 * pad
-        if buf is None or buf.shape[0] < rows or buf.shape[1] != w + 2 * pad:
-            buf = self.buffers[name] = self.xp.empty((rows, w + 2 * pad), dtype=self.ft)
-        framed = buf[:rows]
+        framed = self._buffer(name, r1 - r0 + 2 * pad, w + 2 * pad, self.ft)
         lazy.make(framed[pad - (r0 - a0) : pad + (a1 - r0), pad : pad + w], a0, a1, name == "valid")
-        framed[:pad] = 0
-        framed[pad + r1 - r0 :] = 0
-        framed[:, :pad] = 0
-        framed[:, pad + w :] = 0
+        _set_frame(framed, pad, 0)
         return framed
 
     def _pad_into(self, name: str, a: Any, pad: int, reuse: bool) -> Any:
         if not reuse:
             return _pad(a, pad, 0, self.xp)
-        rows, cols = a.shape[0] + 2 * pad, a.shape[1] + 2 * pad
+        return _pad(a, pad, 0, self.xp, out=self._buffer(name, a.shape[0] + 2 * pad, a.shape[1] + 2 * pad, a.dtype))
+
+    def _buffer(self, name: str, rows: int, cols: int, dtype: Any) -> Any:
+        """``rows`` x ``cols`` of the array kept for ``name``, reallocated only when it is too small or of
+        another width or dtype (fresh pages are what is slow, see above)."""
         buf = self.buffers.get(name)
-        if buf is None or buf.shape[0] < rows or buf.shape[1] != cols:
-            buf = self.buffers[name] = self.xp.empty((rows, cols), dtype=a.dtype)
-        return _pad(a, pad, 0, self.xp, out=buf[:rows])
+        if buf is None or buf.shape[0] < rows or buf.shape[1] != cols or buf.dtype != dtype:
+            buf = self.buffers[name] = self.xp.empty((rows, cols), dtype=dtype)
+        return buf[:rows]
 
 
 BlockTaps = tuple[Taps, Taps, Footprints | None]
@@ -694,7 +693,7 @@ def _bilinear_general(src: Any, nodata: float, cmap: CoordMap, sx: float, sy: fl
     if xp is np and src.size * np.dtype(ft).itemsize > WHOLE_FRAME_BYTES:
         # A large source (a 4096² output's is 8232², 271 MB in float32): prefiltered by bands of rows into
         # reused buffers, not copied whole into fresh pages (slow to fault in after other work).
-        lazy = _LazyRows(src, None if all_valid else valid, ft, (stretch[0], stretch[1]), xp)
+        lazy = _LazyRows(src, None if all_valid else valid, (stretch[0], stretch[1]), xp)
         pixels = _Weighted(None, (vy, vx) if all_valid else None, ft, xp, lazy=lazy)
     else:
         data = (src if all_valid else xp.where(valid, src, 0)).astype(ft)  # a copy: prefiltered in place
