@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test browser demo bench bench-kernels gpu-check fixtures lint clean
+.PHONY: help install test browser demo bench bench-scale bench-deps bench-kernels gpu-check fixtures lint clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -30,15 +30,22 @@ browser:  # headless Chromium for the HTML report test (Debian's package; skippe
 demo: $(STAMP)  ## the case study at fixture scale: fixtures, run, breakdown, projection
 	$(BIN)/pipeline demo
 
-bench: $(STAMP) fixtures  ## case study: 1 vs 2 workers, against odc-stac and gdalwarp, the decode+encode floor; plan scale
+bench: bench-deps fixtures  ## case study: 1 vs 2 workers, against odc-stac and gdalwarp, the decode+encode floor, the bounds; plan scale
+	$(BIN)/python bench/run_bench.py
+	$(BIN)/python -W ignore bench/peers.py
+	$(BIN)/python -W ignore bench/floor.py
+	$(BIN)/python -W ignore bench/bounds.py
+	$(BIN)/python bench/plan_scale.py
+
+bench-scale: bench-deps  ## the bounds on 4x the case study's work (8 dates; writes a 389 MB fixture once)
+	@[ -d data_fixtures/casestudy-x4/2024-07-06 ] || $(BIN)/pipeline fixtures data_fixtures/casestudy-x4 --preset casestudy-x4
+	BENCH_CONFIG=configs/casestudy-x4.yaml BENCH_REPEATS=$${BENCH_REPEATS:-3} $(BIN)/python -W ignore bench/bounds.py
+
+bench-deps: $(STAMP)  # the peers (the bench extra; Debian's gdal-bin where it can install), fresh bytecode
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	@command -v gdalwarp >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq >/dev/null 2>&1 && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gdal-bin >/dev/null 2>&1; }
 	$(BIN)/python -m compileall -q pipeline
-	$(BIN)/python bench/run_bench.py
-	$(BIN)/python -W ignore bench/peers.py
-	$(BIN)/python -W ignore bench/floor.py
-	$(BIN)/python bench/plan_scale.py
 
 bench-kernels: $(STAMP)  ## array kernels vs GDAL's warper, Mpx/s per method, one core
 	$(BIN)/python bench/kernels.py

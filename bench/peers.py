@@ -7,7 +7,8 @@
 
 Same grid (the pipeline's plan), method (average), fusion (first valid, path order) and
 compression (ZSTD level 3) for all. Whole processes, interleaved, medians after a warm-up; then
-the outputs are compared so a fast wrong answer cannot win. Writes ``bench/results/peers.json``.
+the outputs are compared so a fast wrong answer cannot win. Writes ``bench/results/peers.json``
+(``peers-NAME.json`` and ``out/peers-NAME/`` for ``BENCH_CONFIG=configs/NAME.yaml``).
 Needs the ``bench`` extra (odc-stac, pystac) and ``gdalwarp``.
 """
 
@@ -27,8 +28,12 @@ from save import save_json  # noqa: E402  (bench/ is on sys.path when a script r
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-OUT = os.path.join(ROOT, "out", "peers")
-CONFIG = os.path.join(ROOT, "configs", "casestudy.yaml")
+CONFIG = os.path.abspath(os.environ.get("BENCH_CONFIG", os.path.join(ROOT, "configs", "casestudy.yaml")))
+"""The case study; ``BENCH_CONFIG`` names another config (``make bench-scale``: ``configs/casestudy-x4.yaml``)."""
+NAME = os.path.splitext(os.path.basename(CONFIG))[0]
+SUFFIX = "" if NAME == "casestudy" else f"-{NAME}"
+"""Of the output folder and the results' names, for another config than the case study."""
+OUT = os.path.join(ROOT, "out", f"peers{SUFFIX}")
 REPEATS = int(os.environ.get("BENCH_REPEATS", "5"))
 PROJ_EXT = "https://stac-extensions.github.io/projection/v2.0.0/schema.json"
 
@@ -168,7 +173,7 @@ def main() -> None:
         mad = "" if k == "pipeline" else f"{agree[k]:.4%} of range"
         print(f"{k:<10}{v:10.2f}{v / med['pipeline']:12.2f}x{in_mb / v:12.1f}{mad:>22}")
     print(f"pipeline / fastest peer: {med['pipeline'] / fastest_peer:.2f} (target <= 0.5); {REPEATS} interleaved runs")
-    save_json("peers", {"runs": times, "medians": med, "max_mad_vs_pipeline": agree, "input_mb": in_mb})
+    save_json(f"peers{SUFFIX}", {"runs": times, "medians": med, "max_mad_vs_pipeline": agree, "input_mb": in_mb})
 
 
 if __name__ == "__main__":

@@ -1,0 +1,109 @@
+"""How close to gdalwarp's time this pipeline can get on this machine, measured: the bounds on #8's target.
+
+Four whole-process commands, interleaved, medians after a warm-up (as ``bench/peers.py``):
+
+* the pipeline, as ``bench/peers.py`` runs it (2 workers);
+* the same run with resampling free: ``bench/free_resampling/`` on PYTHONPATH swaps the kernels for a
+  copy of each source window, so it reads, plans, schedules and writes as usual (its cube is not
+  resampled and is written apart);
+* Dask alone: a local cluster of 2 worker processes, two trivial tasks, shut down: the fixed cost of
+  the design card's engine before any pixel. Its workers are forked from a server that imported
+  distributed, as the pipeline's are: the cheapest start found here (Dask's default, spawned
+  workers, took ~0.6 s more);
+* gdalwarp, 2 at a time (the fastest peer).
+
+Then the floor from ``bench/results/floor.json`` (``bench/floor.py``: decode every needed input byte and
+encode the output, over the cores): Dask alone plus the floor is a lower bound for any run on Dask here.
+Writes ``bench/results/bounds.json``. ``BENCH_CONFIG=configs/casestudy-x4.yaml`` (``make bench-scale``):
+the same on 4x the work (8 dates), without the floor rows; writes ``bounds-casestudy-x4.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import peers
+from save import RESULTS, save_json
+
+ROOT = peers.ROOT
+FREE = os.path.join(ROOT, "bench", "free_resampling")
+REPEATS = int(os.environ.get("BENCH_REPEATS", "5"))
+TARGET = 0.5
+
+DASK_ALONE = r"""
+import multiprocessing, os
+from multiprocessing import forkserver
+if __name__ == "__main__":
+    multiprocessing.get_context("forkserver").set_forkserver_preload(["distributed"])
+    forkserver.ensure_running()
+    import dask, distributed.utils
+    from distributed import Client, LocalCluster
+    distributed.utils._forkserver_preload_set = True  # (the server above already imports distributed)
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+        client = Client(cluster)
+        client.gather(client.map(abs, [-1, -2]))
+        client.close()
+        cluster.close()
+    os._exit(0)
+"""
+
+
+def run_free() -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [FREE, os.environ.get("PYTHONPATH")]))}
+    subprocess.run([sys.executable, "-m", "pipeline", "run", peers.CONFIG, "-q", "--overwrite", "--workers", "2",
+                    "--set", f"output.path={peers.OUT}/free.zarr", "--report", f"{peers.OUT}/free.report.json"],
+                   check=True, cwd=ROOT, env=env)  # fmt: skip
+
+
+def run_dask_alone() -> None:
+    subprocess.run([sys.executable, "-c", DASK_ALONE], check=True, cwd=ROOT, stderr=subprocess.DEVNULL)
+
+
+def main() -> None:
+    os.makedirs(peers.OUT, exist_ok=True)
+    grid, tiles = peers.grid_and_tiles()
+    tools = {
+        "pipeline": peers.run_pipeline,
+        "pipeline, resampling free": run_free,
+        "Dask alone": run_dask_alone,
+        "gdalwarp": lambda: peers.run_gdal(grid, tiles),
+    }
+    for fn in tools.values():  # warm-up: page cache, imports, index
+        fn()
+    resample_s = {}
+    for name in ("pipeline", "free"):
+        with open(f"{peers.OUT}/{name}.report.json") as f:
+            resample_s[name] = json.load(f)["stage_task_s"]["resample"]
+    if resample_s["free"] > 0.5 * resample_s["pipeline"]:  # the copy costs a few per cent of the kernels
+        sys.exit(f"{FREE} did not replace the kernels in the run's workers: resample task-s {resample_s}")
+    times: dict[str, list[float]] = {k: [] for k in tools}
+    for _ in range(REPEATS):
+        for name, fn in tools.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    gdal = med["gdalwarp"]
+    rows = dict(med)
+    floor_path = os.path.join(RESULTS, "floor.json")
+    if os.path.exists(floor_path) and not peers.SUFFIX:  # (the floor is measured on the case study)
+        with open(floor_path) as f:
+            floor = json.load(f)["floor_s"]
+        rows["floor: decode + encode over the cores"] = floor
+        rows["lower bound: Dask alone + floor"] = med["Dask alone"] + floor
+    print(f"{'':<40}{'median s':>10}{'vs gdalwarp':>13}")
+    for k, v in rows.items():
+        print(f"{k:<40}{v:10.2f}{v / gdal:12.2f}x")
+    print(f"target: <= {TARGET} x gdalwarp = {TARGET * gdal:.2f} s; {REPEATS} interleaved runs")
+    ratios = {k: v / gdal for k, v in rows.items()}
+    save_json(f"bounds{peers.SUFFIX}", {"runs": times, "medians": med, "rows_s": rows, "vs_gdalwarp": ratios})
+
+
+if __name__ == "__main__":
+    main()
