@@ -84,6 +84,14 @@ def test_fixtures_are_deterministic(tmp_path: Path) -> None:
     assert len(a) == 32 and a == b
 
 
+def test_every_fixture_preset_is_offered_by_the_command() -> None:
+    from pipeline.cli import fixtures
+    from pipeline.fixtures import PRESETS
+
+    (preset,) = [p for p in fixtures.params if p.name == "preset"]
+    assert list(preset.type.choices) == list(PRESETS)  # type: ignore[attr-defined]
+
+
 def test_doctor_and_version() -> None:
     r = cli("doctor")
     assert r.returncode == 0 and "GDAL" in r.stdout and "gpu" in r.stdout
