@@ -22,17 +22,14 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 
 import peers
 from save import RESULTS, save_json
 
 ROOT = peers.ROOT
 FREE = os.path.join(ROOT, "bench", "free_resampling")
-REPEATS = int(os.environ.get("BENCH_REPEATS", "5"))
 TARGET = 0.5
 
 DASK_ALONE = r"""
@@ -82,13 +79,7 @@ def main() -> None:
             resample_s[name] = json.load(f)["stage_task_s"]["resample"]
     if resample_s["free"] > 0.5 * resample_s["pipeline"]:  # (what remains, fusion and masks, was ~13%)
         sys.exit(f"{FREE} did not replace the kernels in the run's workers: resample task-s {resample_s}")
-    times: dict[str, list[float]] = {k: [] for k in tools}
-    for _ in range(REPEATS):
-        for name, fn in tools.items():
-            t = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    times, med = peers.interleaved(tools)
     gdal = med["gdalwarp"]
     rows = dict(med)
     floor_path = os.path.join(RESULTS, "floor.json")
@@ -100,7 +91,7 @@ def main() -> None:
     print(f"{'':<40}{'median s':>10}{'vs gdalwarp':>13}")
     for k, v in rows.items():
         print(f"{k:<40}{v:10.2f}{v / gdal:12.2f}x")
-    print(f"target: <= {TARGET} x gdalwarp = {TARGET * gdal:.2f} s; {REPEATS} interleaved runs")
+    print(f"target: <= {TARGET} x gdalwarp = {TARGET * gdal:.2f} s; {peers.REPEATS} interleaved runs")
     ratios = {k: v / gdal for k, v in rows.items()}
     save_json(f"bounds{peers.SUFFIX}", {"runs": times, "medians": med, "rows_s": rows, "vs_gdalwarp": ratios})
 

@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -147,6 +148,18 @@ def agreement(grid: dict, tiles: list[dict]) -> dict[str, float]:
     return {k: max(v) for k, v in out.items()}
 
 
+def interleaved(tools: dict[str, Callable[[], None]]) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Each tool ``REPEATS`` times, taking turns (so the machine's drift falls on all alike): the wall
+    seconds of every run, and their medians."""
+    times: dict[str, list[float]] = {k: [] for k in tools}
+    for _ in range(REPEATS):
+        for name, fn in tools.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return times, {k: statistics.median(v) for k, v in times.items()}
+
+
 def main() -> None:
     if shutil.which("gdalwarp") is None:
         sys.exit("gdalwarp not found: install Debian's gdal-bin (make bench does)")
@@ -158,13 +171,7 @@ def main() -> None:
     tools = {"pipeline": run_pipeline, "odc-stac": run_odc, "gdalwarp": lambda: run_gdal(grid, tiles)}
     for fn in tools.values():  # warm-up: page cache, imports, index
         fn()
-    times: dict[str, list[float]] = {k: [] for k in tools}
-    for _ in range(REPEATS):
-        for name, fn in tools.items():
-            t = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    times, med = interleaved(tools)
     agree = agreement(grid, tiles)
     in_mb = sum(os.path.getsize(t["path"]) for t in tiles) / 1e6
     fastest_peer = min(med["odc-stac"], med["gdalwarp"])
