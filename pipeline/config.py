@@ -29,11 +29,25 @@ DEVICES = ("auto", "cpu", "gpu")
 ON_ERROR = ("skip", "fail")
 
 # Keys whose values are paths (resolved against the config folder or the cwd).
-_PATH_KEYS = {"inputs.paths", "inputs.index", "output.path", "report.path"}
+_PATH_KEYS = {"inputs.paths", "inputs.stac", "inputs.index", "output.path", "report.path"}
+SCHEDULERS = ("auto", "threads", "local-cluster")
+GROUPBY = ("solar_day", "time", "none")
+
+
+def is_url(value: str) -> bool:
+    """Whether a path names an object store or web location (``s3://``, ``https://``...) rather than a file."""
+    return "://" in value[:16]
+
 
 DEFAULTS: dict[str, Any] = {
+    "storage": {"endpoint_url": None, "region": None, "anonymous": False, "profile": None},
     "inputs": {
         "paths": None,
+        "stac": None,
+        "stac_search": None,
+        "assets": None,
+        "groupby": "solar_day",
+        "gdal_env": {},
         "pattern": None,
         "date_format": "%Y-%m-%d",
         "bands": None,
@@ -49,6 +63,7 @@ DEFAULTS: dict[str, Any] = {
         "path": None,
         "chunks": {"y": 1024, "x": 1024},
         "compression": {"codec": "zstd", "level": 3},
+        "shards": None,
     },
     "execution": {
         "scheduler": None,
@@ -65,9 +80,24 @@ DEFAULTS: dict[str, Any] = {
 
 
 @dataclass(frozen=True)
+class StorageConfig:
+    """Object-store access, for inputs and output alike. Credentials never live here: they come from the
+    usual AWS chain (environment, profile, instance role)."""
+
+    endpoint_url: str | None = None
+    """S3-compatible endpoint, e.g. ``http://127.0.0.1:9000``; None: AWS."""
+    region: str | None = None
+    anonymous: bool = False
+    """Unsigned requests (public buckets)."""
+    profile: str | None = None
+    """A named AWS profile."""
+
+
+@dataclass(frozen=True)
 class InputsConfig:
     paths: tuple[str, ...]
-    """Absolute glob patterns; ``**`` recurses."""
+    """Glob patterns: absolute local paths, ``s3://bucket/prefix/**/*.tif`` or ``https://`` URLs; ``**`` recurses.
+    Empty when the inputs come from STAC."""
     pattern: str
     """Regex searched in each path (``/`` separators); named groups ``band`` (required), ``date``, ``tile``."""
     date_format: str
@@ -80,6 +110,16 @@ class InputsConfig:
     """Absolute path of the Parquet tile index to build/reuse, or None."""
     trust_index: bool = False
     """Use the index as the input list: no glob, no stat, no file opened (planning at scale)."""
+    stac: str | None = None
+    """A STAC ItemCollection (.json), static catalog (catalog.json) or stac-geoparquet file, local or s3://."""
+    stac_search: dict[str, Any] | None = None
+    """A STAC API search: {url, collections, bbox, datetime, query}."""
+    assets: dict[str, str] | None = None
+    """STAC: {band name: asset key}; None: every raster asset, named by its key."""
+    groupby: str = "solar_day"
+    """STAC: how items become time steps: solar_day | time | none."""
+    gdal_env: dict[str, Any] = field(default_factory=dict)
+    """Extra GDAL config options for reads (override the cloud defaults)."""
 
 
 @dataclass(frozen=True)
@@ -95,14 +135,18 @@ class GridConfig:
 @dataclass(frozen=True)
 class OutputConfig:
     path: str
+    """Local path (absolute) or ``s3://bucket/prefix/cube.zarr``."""
     chunks_yx: tuple[int, int]
     codec: str
     level: int
+    shards_yx: tuple[int, int] | None = None
+    """Zarr v3 shard shape (multiples of ``chunks_yx``): one object per shard; None: one object per chunk."""
 
 
 @dataclass(frozen=True)
 class ExecutionConfig:
-    scheduler: str | None
+    scheduler: str
+    """auto | threads | local-cluster | an address such as ``tcp://host:8786``."""
     workers: int | None
     """None means auto: one worker per core."""
     threads_per_worker: int
@@ -112,6 +156,11 @@ class ExecutionConfig:
     on_error: str
     gpu_profile: dict[str, Any] | None = None
     """Override of the measured GPU profile: {h2d_gb_s, d2h_gb_s, gpu_mpx_s: {method: Mpx/s}}."""
+
+    @property
+    def address(self) -> str | None:
+        """The existing Dask scheduler's address, or None when the run makes its own workers."""
+        return None if self.scheduler in SCHEDULERS else self.scheduler
 
 
 @dataclass(frozen=True)
@@ -127,6 +176,8 @@ class Config:
     """The config file this came from, for messages."""
     resampling_engine: str = "auto"
     """auto / kernels: the project's array kernels (every method); gdal: GDAL's warper, for comparison."""
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    """Object-store access for inputs and output."""
 
     def output_settings(self) -> dict[str, Any]:
         """Every setting that changes the cube's bytes (not how it is computed), flat and dotted."""
@@ -175,7 +226,10 @@ def read_config(path: str | os.PathLike[str], overrides: list[str] | tuple[str, 
 def uses_scheduler(raw: dict[str, Any]) -> bool:
     """Whether an unvalidated config names an existing Dask scheduler (``execution.scheduler``)."""
     execution = raw.get("execution")
-    return isinstance(execution, dict) and bool(execution.get("scheduler"))
+    if not isinstance(execution, dict):
+        return False
+    value = execution.get("scheduler")
+    return isinstance(value, str) and value not in SCHEDULERS
 
 
 def apply_override(raw: dict[str, Any], item: str) -> dict[str, Any]:
@@ -206,7 +260,7 @@ def apply_override(raw: dict[str, Any], item: str) -> dict[str, Any]:
 
 def _resolve_path_value(value: Any, base: Path) -> Any:
     if isinstance(value, str):
-        return value if os.path.isabs(value) else os.path.normpath(str(base / value))
+        return value if os.path.isabs(value) or is_url(value) else os.path.normpath(str(base / value))
     if isinstance(value, list):
         return [_resolve_path_value(v, base) for v in value]
     return value
@@ -232,7 +286,7 @@ def _merge_defaults(raw: dict[str, Any]) -> dict[str, Any]:
             if k not in defaults:
                 known = ", ".join(sorted(defaults))
                 raise ConfigError(dotted, f"unknown key (known here: {known})")
-            if isinstance(defaults[k], dict) and k not in ("chunks", "gpu_profile"):
+            if isinstance(defaults[k], dict) and k not in ("chunks", "gpu_profile", "gdal_env"):
                 if v is None:
                     continue
                 if not isinstance(v, dict):
@@ -314,17 +368,56 @@ def validate(raw: dict[str, Any], source: str | None = None) -> Config:
     paths = i["paths"]
     if isinstance(paths, str):
         paths = [paths]
-    if not paths or not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
-        raise ConfigError("inputs.paths", "must be a non-empty list of glob patterns")
+    sources = [k for k in ("paths", "stac", "stac_search") if i[k]]
+    if len(sources) > 1:
+        raise ConfigError(
+            f"inputs.{sources[1]}", f"give one of inputs.paths, inputs.stac, inputs.stac_search, not {sources}"
+        )
+    if not sources:
+        raise ConfigError(
+            "inputs.paths", "is required (a list of glob patterns), or give inputs.stac / inputs.stac_search"
+        )
     pattern = i["pattern"]
-    if not isinstance(pattern, str) or not pattern:
-        raise ConfigError("inputs.pattern", "is required: a regex with a named group (?P<band>...)")
+    if i["paths"]:
+        if not isinstance(paths, list) or not all(isinstance(p, str) and p for p in paths):
+            raise ConfigError("inputs.paths", "must be a non-empty list of glob patterns")
+        if not isinstance(pattern, str) or not pattern:
+            raise ConfigError("inputs.pattern", "is required: a regex with a named group (?P<band>...)")
+    else:
+        paths = []
+        pattern = pattern or r"(?P<band>.+)"
     try:
         rx = re.compile(pattern)
     except re.error as e:
         raise ConfigError("inputs.pattern", f"is not a valid regex: {e}") from e
     if "band" not in rx.groupindex:
         raise ConfigError("inputs.pattern", "needs a named group (?P<band>...) that captures the band name")
+    stac = i["stac"]
+    if stac is not None and not isinstance(stac, str):
+        raise ConfigError("inputs.stac", "must be null or the path/URL of an ItemCollection, catalog.json or .parquet")
+    search = i["stac_search"]
+    if search is not None:
+        if not isinstance(search, dict) or not isinstance(search.get("url"), str):
+            raise ConfigError("inputs.stac_search", "must be null or a mapping with url (and collections, bbox, ...)")
+        unknown = set(search) - {"url", "collections", "bbox", "datetime", "query", "ids", "max_items"}
+        if unknown:
+            raise ConfigError(
+                f"inputs.stac_search.{sorted(unknown)[0]}",
+                "unknown key (known: url, collections, bbox, datetime, query, ids, max_items)",
+            )
+        search = dict(search)
+    assets = i["assets"]
+    if assets is not None:
+        if isinstance(assets, list):
+            assets = {str(a): str(a) for a in assets}
+        if not isinstance(assets, dict) or not assets or not all(isinstance(v, str) for v in assets.values()):
+            raise ConfigError("inputs.assets", "must be null or a mapping {band name: asset key}")
+        assets = {str(k): v for k, v in assets.items()}
+    groupby = _choice(i["groupby"], "inputs.groupby", GROUPBY)
+    gdal_env = i["gdal_env"] or {}
+    if not isinstance(gdal_env, dict) or not all(isinstance(k, str) for k in gdal_env):
+        raise ConfigError("inputs.gdal_env", "must be a mapping of GDAL config options, e.g. {GDAL_HTTP_MAX_RETRY: 5}")
+    gdal_env = {k: ("YES" if v is True else "NO" if v is False else str(v)) for k, v in gdal_env.items()}
     if not isinstance(i["date_format"], str):
         raise ConfigError("inputs.date_format", "must be a strptime format such as '%Y-%m-%d'")
     bands = i["bands"]
@@ -379,15 +472,32 @@ def validate(raw: dict[str, Any], source: str | None = None) -> Config:
         _pos_int(chunks.get("y", 1024), "output.chunks.y"),
         _pos_int(chunks.get("x", 1024), "output.chunks.x"),
     )
+    shards = o["shards"]
+    shards_yx = None
+    if shards is not None:
+        if not isinstance(shards, dict) or set(shards) - {"x", "y"}:
+            raise ConfigError("output.shards", f"must be null or a mapping with keys y and x, got {shards!r}")
+        shards_yx = (
+            _pos_int(shards.get("y", chunks_yx[0]), "output.shards.y"),
+            _pos_int(shards.get("x", chunks_yx[1]), "output.shards.x"),
+        )
+        for axis, s_, c_ in (("y", shards_yx[0], chunks_yx[0]), ("x", shards_yx[1], chunks_yx[1])):
+            if s_ % c_:
+                raise ConfigError(
+                    f"output.shards.{axis}", f"must be a multiple of output.chunks.{axis} ({c_}), got {s_}"
+                )
     comp = o["compression"]
     codec = _choice(comp.get("codec"), "output.compression.codec", CODECS)
     level = comp.get("level")
     if isinstance(level, bool) or not isinstance(level, int):
         raise ConfigError("output.compression.level", f"must be an integer, got {level!r}")
 
-    scheduler = x["scheduler"]
-    if scheduler is not None and not isinstance(scheduler, str):
-        raise ConfigError("execution.scheduler", "must be null or an address like tcp://host:8786")
+    scheduler = x["scheduler"] or "auto"
+    if not isinstance(scheduler, str) or (scheduler not in SCHEDULERS and "://" not in scheduler):
+        raise ConfigError(
+            "execution.scheduler",
+            f"must be auto | threads | local-cluster or an address like tcp://host:8786, got {scheduler!r}",
+        )
     workers = None if x["workers"] in ("auto", None) else _pos_int(x["workers"], "execution.workers")
     execution = ExecutionConfig(
         scheduler=scheduler,
@@ -407,7 +517,17 @@ def validate(raw: dict[str, Any], source: str | None = None) -> Config:
     elif not isinstance(report_path, str):
         raise ConfigError("report.path", "must be null or a file path")
 
+    st = c["storage"]
+    for k in ("endpoint_url", "region", "profile"):
+        if st[k] is not None and not isinstance(st[k], str):
+            raise ConfigError(f"storage.{k}", f"must be null or a string, got {st[k]!r}")
+    if st["endpoint_url"] is not None and not st["endpoint_url"].startswith(("http://", "https://")):
+        raise ConfigError("storage.endpoint_url", f"must be an http:// or https:// URL, got {st['endpoint_url']!r}")
+    if not isinstance(st["anonymous"], bool):
+        raise ConfigError("storage.anonymous", f"must be true or false, got {st['anonymous']!r}")
+
     return Config(
+        storage=StorageConfig(**st),
         inputs=InputsConfig(
             paths=tuple(paths),
             pattern=pattern,
@@ -416,11 +536,16 @@ def validate(raw: dict[str, Any], source: str | None = None) -> Config:
             nodata=None if nodata is None else float(nodata),
             index=index,
             trust_index=i["trust_index"],
+            stac=stac,
+            stac_search=search,
+            assets=assets,
+            groupby=groupby,
+            gdal_env=gdal_env,
         ),
         grid=GridConfig(crs=crs, resolution=res_xy, bounds=bounds),
         resampling=resampling,
         fuse=fuse,
-        output=OutputConfig(path=o["path"], chunks_yx=chunks_yx, codec=codec, level=level),
+        output=OutputConfig(path=o["path"], chunks_yx=chunks_yx, codec=codec, level=level, shards_yx=shards_yx),
         execution=execution,
         report_path=report_path,
         source=source,

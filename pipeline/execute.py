@@ -76,8 +76,8 @@ def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
     import dask
     from distributed import Client, LocalCluster
 
-    if config.execution.scheduler:
-        return Client(config.execution.scheduler, timeout="30s"), None
+    if config.execution.address:
+        return Client(config.execution.address, timeout="30s"), None
     n = config.execution.workers or os.cpu_count() or 1
     n = max(1, min(n, n_partitions))
     settings: dict[str, Any] = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_MALLOC.items()}
@@ -222,7 +222,7 @@ def _execute(
         info = client.scheduler_info(n_workers=-1)["workers"]
         worker_names = [str(w.get("name", a)) for a, w in info.items()]
         threads = sum(int(w.get("nthreads", 1)) for w in info.values()) or 1
-        local = not config.execution.scheduler
+        local = not config.execution.address
         client.run(warm_up, _worker_log_level() if local else None, ctx, crs, local)
         decisions = _decide_devices(client, config, todo, ctx)
         gpu_resources = any("GPU" in (w.get("resources") or {}) for w in info.values())
@@ -270,10 +270,10 @@ def run(
     ``shuffle_seed`` submits the partitions in a shuffled order (the cube must not change).
     """
     clock = StageClock()
-    if not config.execution.scheduler:
+    if not config.execution.address:
         start_worker_server()  # its imports overlap the planning below
     catalog, plan = plan_run(config, clock)
-    if config.execution.device == "gpu" and not config.execution.scheduler:
+    if config.execution.device == "gpu" and not config.execution.address:
         check_request("gpu", {"local": asdict(detect_gpu())})  # refuse before anything is written
     config_hash = config.output_hash()
     with clock.stage("write"):
@@ -353,7 +353,7 @@ def run(
             "levels_used": plan.levels_used,
         },  # fmt: skip
         "execution": {
-            "scheduler": config.execution.scheduler or "local",
+            "scheduler": config.execution.address or "local",
             "workers": len(worker_names),
             "threads": threads,
             "cores": os.cpu_count() or 1,
