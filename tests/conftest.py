@@ -68,3 +68,32 @@ def small_config(tmp_path: Path, small_dir: Path) -> Any:
         return load_config(path, list(overrides))
 
     return make
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Any:
+    """moto's S3 server on 127.0.0.1 for the whole session, with test credentials in the environment
+    (the pipeline and any Dask worker it starts resolve them from there, as from a user's AWS chain)."""
+    from tests.s3server import TEST_CREDENTIALS, start_moto
+
+    saved = {k: os.environ.get(k) for k in TEST_CREDENTIALS}
+    os.environ.update(TEST_CREDENTIALS)
+    try:
+        with start_moto() as server:
+            yield server
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture
+def s3_bucket(s3_server: Any, request: pytest.FixtureRequest) -> str:
+    """A fresh, empty bucket on the session's S3 server; its name."""
+    import re
+
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-") + f"-{os.getpid() % 10000}"
+    s3_server.client().create_bucket(Bucket=name)
+    return name
