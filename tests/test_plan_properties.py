@@ -118,7 +118,7 @@ def test_every_covered_pixel_is_in_exactly_one_chunk(layout: dict, partition_mb:
                     assert job.sources, "a job without sources was planned"
             assert count.max() <= 1
             # Pixels whose centres lie well inside a tile of this band and date must be covered.
-            for crs, x0, y0, tw, th, res, b, date in layout["tiles"]:
+            for _crs, x0, y0, tw, th, res, b, date in layout["tiles"]:
                 if b != band or np.datetime64(date) != when:
                     continue
                 c_lo = int(np.ceil((x0 - gt[2]) / gt[0])) + 1
