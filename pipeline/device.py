@@ -8,6 +8,8 @@
 * Calibration: the first time a worker uses its GPU it measures transfer bandwidth and kernel
   rates (a fraction of a second) and caches them on disk; ``execution.gpu_profile`` overrides.
 * Only methods with an array kernel can run on the GPU; the others stay on the CPU, with that reason.
+* Parity: ``device: auto`` sends work to a GPU only after the kernels ran on that device and agreed
+  with NumPy (:func:`verify_gpu`, cached per device model, driver and library versions).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ CPU_MPX_S = {"nearest": 50.0, "bilinear": 9.0, "cubic": 3.5, "average": 12.0,
 CPU_DECODE_MB_S = 110.0
 CPU_ENCODE_MB_S = 40.0
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "pipeline", "gpu_profile.json")
+PARITY_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "pipeline", "gpu_parity.json")
 
 
 @dataclass(frozen=True)
@@ -131,13 +134,64 @@ def estimate_seconds(work: TaskWork, profile: DeviceProfile) -> tuple[float, flo
     return cpu_s, gpu_s
 
 
+def _atomic_json(path: str, doc: dict[str, Any]) -> None:
+    """Write ``doc`` to ``path`` whole or not at all (a concurrent reader never sees half a file)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f)
+    os.replace(tmp, path)
+
+
+def device_key(info: GpuInfo) -> str:
+    """What a parity verdict holds for: device model, CUDA runtime, CuPy and this package's version."""
+    from pipeline import __version__
+
+    return f"{info.name}|cuda {info.cuda_version}|cupy {info.cupy_version}|pipeline {__version__}"
+
+
+def verify_gpu(xp: Any = None, info: GpuInfo | None = None, cache: str | None = None) -> dict[str, Any]:
+    """Run every kernel on the device and compare with NumPy (:mod:`pipeline.resample.parity`).
+
+    Returns ``{ok, detail, key}``; the verdict is cached per :func:`device_key` in ``cache`` (written
+    atomically), so a worker checks its device once. ``xp``/``info`` default to CuPy and this worker's
+    :func:`detect_gpu`."""
+    info = info or detect_gpu()
+    if not info.available:
+        return {"ok": False, "detail": f"no GPU: {info.reason}", "key": None}
+    cache = cache or PARITY_CACHE
+    key = device_key(info)
+    try:
+        with open(cache) as f:
+            known = json.load(f)
+    except (OSError, ValueError):
+        known = {}
+    if key in known:
+        return {"ok": bool(known[key]["ok"]), "detail": str(known[key]["detail"]), "key": key}
+    from pipeline.resample.parity import check_parity
+
+    if xp is None:
+        import cupy as xp
+    failures = check_parity(xp)
+    ok = not failures
+    detail = "kernels match NumPy on this device" if ok else f"{len(failures)} cases differ: " + "; ".join(failures[:5])
+    known[key] = {"ok": ok, "detail": detail}
+    _atomic_json(cache, known)
+    return {"ok": ok, "detail": detail, "key": key}
+
+
 def decide(requested: str, gpu_available: bool, gpu_reason: str, work: TaskWork,
-           profile: DeviceProfile | None) -> tuple[str, str]:  # fmt: skip
-    """Device for one task and the reason, in words a user can check against the report."""
+           profile: DeviceProfile | None, parity: dict[str, Any] | None = None) -> tuple[str, str]:  # fmt: skip
+    """Device for one task and the reason, in words a user can check against the report.
+
+    ``parity``: :func:`verify_gpu`'s verdict for the GPU; ``auto`` uses a GPU only when it passed."""
     if requested == "cpu":
         return "cpu", "device: cpu requested"
     if not gpu_available:
         return "cpu", f"no GPU: {gpu_reason}"
+    if requested == "auto" and not (parity or {}).get("ok"):
+        detail = (parity or {}).get("detail", "not run")
+        return "cpu", f"GPU kernels not verified against NumPy on this device ({detail})"
     if work.method not in KERNEL_METHODS:
         return "cpu", f"no GPU kernel for {work.method!r} ({', '.join(KERNEL_METHODS)} have one)"
     if profile is None:
@@ -218,9 +272,7 @@ def calibrate_gpu(size: int = 2048) -> dict[str, Any]:
         cupy.cuda.Device().synchronize()
         rates[method] = half * half / 1e6 / (time.perf_counter() - t)
     profile = {"h2d_gb_s": h2d, "d2h_gb_s": d2h, "gpu_mpx_s": rates, "source": f"calibrated on {detect_gpu().name}"}
-    os.makedirs(os.path.dirname(CACHE), exist_ok=True)
-    with open(CACHE, "w") as f:
-        json.dump(profile, f)
+    _atomic_json(CACHE, profile)
     return profile
 
 

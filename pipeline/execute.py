@@ -191,10 +191,16 @@ def _decide_devices(client: Any, config: Config, todo: list[Any], ctx: TaskConte
         if profile is None:
             measured = client.run(calibrate_gpu, workers=[with_gpu[0]])[with_gpu[0]]
             profile = DeviceProfile(**{k: v for k, v in measured.items() if k in DeviceProfile.__dataclass_fields__})
+    parity = None
+    if with_gpu and requested == "auto":
+        from pipeline.device import verify_gpu
+
+        parity = client.run(verify_gpu, workers=[with_gpu[0]])[with_gpu[0]]
     reason_none = next(iter({g["reason"] for g in gpus.values()}), "no workers")
     itemsize = {b.name: np.dtype(b.dtype).itemsize for b in ctx.bands}
     return [
-        decide(requested, bool(with_gpu), reason_none, task_work(p, ctx.resampling, itemsize), profile) for p in todo
+        decide(requested, bool(with_gpu), reason_none, task_work(p, ctx.resampling, itemsize), profile, parity)
+        for p in todo
     ]
 
 

@@ -10,12 +10,22 @@ import numpy as np
 import pytest
 
 from pipeline.config import load_config
-from pipeline.device import DeviceProfile, TaskWork, decide, detect_gpu, estimate_seconds, submit_options
+from pipeline.device import (
+    DeviceProfile,
+    GpuInfo,
+    TaskWork,
+    decide,
+    detect_gpu,
+    estimate_seconds,
+    submit_options,
+    verify_gpu,
+)
 from pipeline.errors import ConfigError
 from tests.conftest import write_config
 
 H200 = DeviceProfile(h2d_gb_s=50.0, d2h_gb_s=50.0, gpu_mpx_s={"nearest": 20000.0, "bilinear": 8000.0,
                                                               "average": 6000.0}, launch_s=0.002)  # fmt: skip
+PASSED = {"ok": True, "detail": "kernels match NumPy on this device"}
 
 
 def work(side: int, method: str = "bilinear") -> TaskWork:
@@ -26,13 +36,13 @@ def work(side: int, method: str = "bilinear") -> TaskWork:
 def crossover(profile: DeviceProfile, method: str = "bilinear") -> int:
     """Smallest chunk side at which the model sends the task to the GPU."""
     for side in range(8, 20000, 8):
-        if decide("auto", True, "", work(side, method), profile)[0] == "gpu":
+        if decide("auto", True, "", work(side, method), profile, PASSED)[0] == "gpu":
             return side
     return -1
 
 
 def test_small_work_stays_on_the_cpu_large_goes_to_the_gpu() -> None:
-    small, large = decide("auto", True, "", work(32), H200), decide("auto", True, "", work(4096), H200)
+    small, large = decide("auto", True, "", work(32), H200, PASSED), decide("auto", True, "", work(4096), H200, PASSED)
     assert small[0] == "cpu" and "too small" in small[1]
     assert large[0] == "gpu" and "incl. transfers" in large[1]
 
@@ -61,13 +71,61 @@ def test_transfers_are_part_of_the_gpu_estimate() -> None:
     ],
 )
 def test_decisions_and_their_reasons(requested: str, available: bool, method: str, device: str, says: str) -> None:
-    d, reason = decide(requested, available, "none here", work(2048, method), H200)
+    d, reason = decide(requested, available, "none here", work(2048, method), H200, PASSED)
     assert d == device and says in reason
 
 
 def test_io_dominated_work_says_so() -> None:
     w = TaskWork("nearest", src_bytes=10**8, dst_pixels=10**6, dst_bytes=2 * 10**6, io_s_estimate=5.0)
-    assert "stay on the CPU either way" in decide("auto", True, "", w, H200)[1]
+    assert "stay on the CPU either way" in decide("auto", True, "", w, H200, PASSED)[1]
+
+
+def test_auto_uses_a_gpu_only_after_its_parity_check_passed() -> None:
+    large = work(4096)
+    assert decide("auto", True, "", large, H200, PASSED)[0] == "gpu"
+    failed = {"ok": False, "detail": "2 cases differ: bilinear/same/uint16"}
+    device, reason = decide("auto", True, "", large, H200, failed)
+    assert device == "cpu" and "not verified" in reason and "bilinear/same/uint16" in reason
+    assert decide("auto", True, "", large, H200, None)[0] == "cpu"
+
+
+def test_parity_check_catches_a_kernel_that_disagrees(tmp_path: Path) -> None:
+    """The check itself, run with NumPy standing in for the device: the real kernels pass, a kernel
+    with one weight off fails and names its cases, and each verdict is cached per device key."""
+    from pipeline.resample import parity
+    from pipeline.resample.kernels import resample
+
+    assert parity.check_parity(np, n=32) == []
+
+    def off_by_a_weight(src, nodata, cmap, method):  # type: ignore[no-untyped-def]
+        out = resample(src, nodata, cmap, method)
+        if method == "bilinear":
+            out = out.copy()
+            out[5, 5] = out[5, 5] * 0.9 + 3
+        return out
+
+    failures = parity.check_parity(np, n=32, methods=["nearest", "bilinear"], device_resample=off_by_a_weight)
+    assert failures and all(f.startswith("bilinear/") for f in failures)
+
+    info = GpuInfo(True, "Test GPU", name="Test GPU", cuda_version="12080", cupy_version="13.6")
+    cache = tmp_path / "parity.json"
+    first = verify_gpu(np, info, str(cache))
+    assert first["ok"] and "Test GPU" in first["key"]
+    again = verify_gpu(object(), info, str(cache))  # from the cache: the bogus module is never used
+    assert again == first
+    other = GpuInfo(True, "Other GPU", name="Other GPU", cuda_version="12080", cupy_version="13.6")
+    assert not verify_gpu(None, GpuInfo(False, "CuPy is not importable"), str(cache))["ok"]
+    assert verify_gpu(np, other, str(cache))["key"] != first["key"]
+
+
+@pytest.mark.gpu
+def test_gpu_kernels_pass_parity_on_this_device(tmp_path: Path) -> None:
+    if not detect_gpu().available:
+        pytest.skip("no CUDA device / CuPy")
+    import cupy
+
+    verdict = verify_gpu(cupy, cache=str(tmp_path / "parity.json"))
+    assert verdict["ok"], verdict["detail"]
 
 
 def test_only_gpu_tasks_request_a_gpu() -> None:
