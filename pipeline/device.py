@@ -171,7 +171,9 @@ def verify_gpu(xp: Any = None, info: GpuInfo | None = None, cache: str | None = 
     from pipeline.resample.parity import check_parity
 
     if xp is None:
-        import cupy as xp
+        import cupy
+
+        xp = cupy
     failures = check_parity(xp)
     ok = not failures
     detail = "kernels match NumPy on this device" if ok else f"{len(failures)} cases differ: " + "; ".join(failures[:5])

@@ -143,7 +143,7 @@ def object_store(url: str, storage: StorageConfig, **client_options: Any) -> Any
         bucket,
         prefix=prefix or None,
         config=config,
-        client_options=client_options or None,
+        client_options=client_options or None,  # type: ignore[arg-type]
         credential_provider=provider,
     )
 
