@@ -5,12 +5,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from pipeline.config import load_config
 from pipeline.fixtures import write_fixtures
-
-PATTERN = r"(?P<date>\d{4}-\d{2}-\d{2})/(?P<tile>[^/]+)_(?P<band>[^/_.]+)\.tif$"
+from tests.helpers import write_config
 
 
 def _cupy_device() -> bool:
@@ -39,24 +37,6 @@ def small_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("fixtures") / "small"
     write_fixtures(out, "small", seed=0)
     return out
-
-
-def write_config(folder: Path, inputs_glob: str, **sections: Any) -> Path:
-    """A config file in ``folder`` for the given input glob; sections override defaults."""
-    raw: dict[str, Any] = {
-        "inputs": {"paths": [inputs_glob], "pattern": PATTERN},
-        "grid": {"crs": "EPSG:32632", "resolution": 20},
-        "output": {"path": str(folder / "out.zarr"), "chunks": {"y": 128, "x": 128}},
-        "execution": {"workers": 2, "partition_mb": 1},
-    }
-    for key, value in sections.items():
-        if isinstance(value, dict) and isinstance(raw.get(key), dict):
-            raw[key] = raw[key] | value
-        else:
-            raw[key] = value
-    path = folder / "config.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from pipeline.catalog import TABLE_COLUMNS, build_catalog
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, TileReadError
-from tests.conftest import write_config
+from tests.helpers import write_config
 
 
 def test_tile_table_fields(small_config) -> None:  # type: ignore[no-untyped-def]

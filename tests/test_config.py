@@ -8,7 +8,7 @@ import yaml
 
 from pipeline.config import load_config
 from pipeline.errors import ConfigError
-from tests.conftest import PATTERN, write_config
+from tests.helpers import PATTERN, write_config
 
 
 def _cfg(tmp_path: Path, raw: dict) -> Path:

@@ -21,7 +21,7 @@ from pipeline.device import (
     verify_gpu,
 )
 from pipeline.errors import ConfigError
-from tests.conftest import write_config
+from tests.helpers import write_config
 
 H200 = DeviceProfile(h2d_gb_s=50.0, d2h_gb_s=50.0, gpu_mpx_s={"nearest": 20000.0, "bilinear": 8000.0,
                                                               "average": 6000.0}, launch_s=0.002)  # fmt: skip

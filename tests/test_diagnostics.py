@@ -16,7 +16,7 @@ from rasterio.transform import from_origin
 from pipeline.config import load_config
 from pipeline.execute import run
 from pipeline.report import compute_diagnostics
-from tests.conftest import write_config
+from tests.helpers import write_config
 
 
 def statuses(report: dict[str, Any]) -> dict[str, str]:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import zarr
 
-from tests.conftest import write_config
+from tests.helpers import write_config
 
 BIN = os.path.dirname(sys.executable)
 

@@ -23,7 +23,7 @@ from pipeline.config import load_config
 from pipeline.errors import ConfigError
 from pipeline.execute import run
 from pipeline.warp import GDAL_NAMES
-from tests.conftest import write_config
+from tests.helpers import write_config
 
 
 def reference_cube(files: list[str], grid_crs: str, transform: Any, shape: tuple[int, int],

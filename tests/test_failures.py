@@ -23,7 +23,7 @@ from pipeline.catalog import build_catalog
 from pipeline.config import load_config
 from pipeline.execute import run
 from pipeline.write import JOURNAL_DIR, store_is_complete
-from tests.conftest import write_config
+from tests.helpers import write_config
 
 BANDS = ("B01", "B02", "B04", "B11")
 TRUNCATED = "2024-06-01/T32A1_B11.tif"  # header intact, pixel data cut: fails only when read

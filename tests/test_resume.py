@@ -15,7 +15,7 @@ import pytest
 import zarr
 
 from pipeline.write import JOURNAL_DIR, store_is_complete
-from tests.conftest import write_config
+from tests.helpers import write_config
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -14,7 +14,7 @@ import pytest
 from pipeline.config import load_config
 from pipeline.execute import plan_run, run
 from pipeline.fixtures import write_virtual_index
-from tests.conftest import write_config
+from tests.helpers import write_config
 
 FULL = 192_000
 

@@ -127,7 +127,7 @@ def test_finalised_store_is_consolidated_as_zarr_does_it(tmp_path: Path, small_d
 
     from pipeline.config import load_config
     from pipeline.execute import plan_run
-    from tests.conftest import write_config
+    from tests.helpers import write_config
 
     cfg = load_config(write_config(tmp_path, str(small_dir / "**" / "*.tif")))
     _, plan = plan_run(cfg)
