@@ -77,8 +77,16 @@ def test_unknown_override_key_is_an_error(tmp_path: Path) -> None:
         load_config(_cfg(tmp_path, BASE), ["execution.wrkers=2"])
 
 
-def test_config_error_is_a_value_error() -> None:
-    assert issubclass(ConfigError, ValueError)
+def test_config_error_keeps_its_key_through_a_worker_round_trip(tmp_path: Path) -> None:
+    """A config error raised where Dask pickles it back still names the key, and code that guards a
+    ``ValueError`` (what a bad value is in Python) catches it."""
+    import pickle
+
+    with pytest.raises(ValueError) as info:
+        load_config(_cfg(tmp_path, BASE), ["execution.partition_mb=-1"])
+    back = pickle.loads(pickle.dumps(info.value))
+    assert isinstance(back, ConfigError)
+    assert back.key == "execution.partition_mb" and str(back) == str(info.value)
 
 
 def test_output_hash_ignores_execution_settings(tmp_path: Path) -> None:
