@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test browser demo bench bench-scale bench-deps bench-kernels gpu-check fixtures lint clean
+.PHONY: help install test browser demo bench bench-scale bench-mixed bench-deps bench-kernels gpu-check fixtures lint clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -41,6 +41,10 @@ bench-scale: bench-deps  ## the bounds on 4x the case study's work (8 dates; wri
 	@[ -d data_fixtures/casestudy-x4/2024-07-06 ] || $(BIN)/pipeline fixtures data_fixtures/casestudy-x4 --preset casestudy-x4
 	BENCH_CONFIG=configs/casestudy-x4.yaml BENCH_REPEATS=$${BENCH_REPEATS:-3} $(BIN)/python -W ignore bench/bounds.py
 
+bench-mixed: bench-deps  ## odc-stac and gdalwarp on the mixed preset (3 UTM zones, 60 m bands, 3 dates; writes it once)
+	@[ -d data_fixtures/mixed/2024-07-01 ] || $(BIN)/pipeline fixtures data_fixtures/mixed --preset mixed
+	BENCH_CONFIG=configs/mixed.yaml $(BIN)/python -W ignore bench/peers.py
+
 bench-deps: $(STAMP)  # the peers (the bench extra; Debian's gdal-bin where it can install), fresh bytecode
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	@command -v gdalwarp >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq >/dev/null 2>&1 && \
@@ -63,4 +67,4 @@ lint: $(STAMP)  ## ruff and mypy
 	$(BIN)/mypy
 
 clean:  ## remove outputs and generated fixtures (keeps .venv)
-	rm -rf out data_fixtures/small data_fixtures/casestudy .pytest_cache .hypothesis
+	rm -rf out data_fixtures/small data_fixtures/casestudy data_fixtures/mixed .pytest_cache .hypothesis

@@ -1,8 +1,8 @@
 """Deterministic synthetic Sentinel-2-like tiles.
 
 Each tile is a single-band COG (256-px internal tiles, ZSTD, internal average
-overviews, nodata=0) in UTM zone 31 or 32; the two zones' tile blocks overlap
-each other and straddle the zone boundary at 6°E. Pixel values are a smooth
+overviews, nodata=0) in UTM zone 31 or 32 (and 33 for the ``mixed`` preset); the
+zones' tile blocks overlap each other and straddle the zone boundary at 6°E. Pixel values are a smooth
 function of longitude/latitude (plus small seeded noise), so overlapping tiles
 agree and a reprojection error is measurable. Some tiles carry an orbit-edge
 nodata wedge. Same preset and seed: byte-identical files.
@@ -40,6 +40,8 @@ class Preset:
     tiles_per_zone_xy: tuple[int, int]
     dates: tuple[str, ...]
     overlap_m: int
+    zones: tuple[int, ...] = (31, 32)
+    """UTM zones (north); zone 33's block lies south of the others', overlapping both."""
 
 
 PRESETS: dict[str, Preset] = {
@@ -67,6 +69,16 @@ PRESETS: dict[str, Preset] = {
         dates=tuple(str(np.datetime64("2024-06-01") + np.timedelta64(5 * i, "D")) for i in range(8)),
         overlap_m=960,
     ),
+    # Made to differ from the case study on every axis the planner and kernels care about: smaller
+    # tiles (7.68 km), three UTM zones, two 60 m bands among five, three dates (3 x 2x2 x 5 x 3 = 180 files).
+    "mixed": Preset(
+        bands=("B01", "B02", "B05", "B09", "B11"),
+        tile_m=7680,
+        tiles_per_zone_xy=(2, 2),
+        dates=("2024-07-01", "2024-07-06", "2024-07-11"),
+        overlap_m=600,
+        zones=(31, 32, 33),
+    ),
 }
 
 
@@ -90,11 +102,19 @@ def compute_tile_specs(preset: Preset) -> list[TileSpec]:
     nx, ny = preset.tiles_per_zone_xy
     block_w, block_h = nx * t - (nx - 1) * ov, ny * t - (ny - 1) * ov
     specs = []
-    for zone, epsg in ((31, 32631), (32, 32632)):
+    for zone in preset.zones:
+        epsg = 32600 + zone
         tr = Transformer.from_crs("EPSG:4326", f"EPSG:{epsg}", always_xy=True)
         bx, by = tr.transform(ZONE_BOUNDARY_LON, CENTRE_LAT)
-        # zone 31's block ends 40% of a tile east of the boundary; zone 32's starts 40% west of it.
-        left = bx + 0.4 * t - block_w if zone == 31 else bx - 0.4 * t
+        # zone 31's block ends 40% of a tile east of the boundary; zone 32's starts 40% west of it;
+        # zone 33's is centred on it, half a block further south.
+        if zone == 31:
+            left = bx + 0.4 * t - block_w
+        elif zone == 32:
+            left = bx - 0.4 * t
+        else:
+            left = bx - block_w / 2
+            by -= block_h / 2
         left = round(left / 60) * 60
         top = round((by + block_h / 2) / 60) * 60
         for j in range(ny):
@@ -131,7 +151,8 @@ def compute_tile_values(spec: TileSpec, band: str, date_idx: int, preset: Preset
         + 3000.0 * (lat - CENTRE_LAT)
         + 200.0 * date_idx
     )
-    rng = np.random.default_rng([seed, spec.epsg, int(spec.x0), int(spec.y0), k, date_idx])
+    # Seeds must be non-negative: a tile far west of its zone (zone 33 at 6°E) has x0 < 0.
+    rng = np.random.default_rng([seed, spec.epsg, int(spec.x0) % 2**32, int(spec.y0) % 2**32, k, date_idx])
     value += rng.normal(0.0, 2.0, size=value.shape)
     out = np.clip(np.rint(value), 1, 65535).astype(np.uint16)
     if date_idx in spec.orbit_edge_dates:
