@@ -217,10 +217,13 @@ def report(report_json: str, html_out: str | None) -> None:
         click.echo(f"\nhtml: {html_out}")
 
 
+# The names of pipeline.fixtures.PRESETS, which this module does not import: a test keeps them equal.
+PRESET_NAMES = ["small", "casestudy", "casestudy-x4", "mixed"]
+
+
 @main.command()
 @click.argument("out", type=click.Path(file_okay=False))
-# (the names of pipeline.fixtures.PRESETS, which this module does not import: a test keeps them equal)
-@click.option("--preset", default="small", show_default=True, type=click.Choice(["small", "casestudy", "casestudy-x4", "mixed"]))
+@click.option("--preset", default="small", show_default=True, type=click.Choice(PRESET_NAMES))
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--count", type=int, help="With --index-only: how many tiles (e.g. 192000).")
 @click.option("--index-only", is_flag=True, help="Write OUT/index.parquet and OUT/config.yaml, no rasters.")
