@@ -24,12 +24,13 @@ if TYPE_CHECKING:  # workers import this module for its task types only
     from pipeline.catalog import TileTable
 
 from pipeline.grid import GridSpec, compute_grid, offset_transform, transform_boxes, transform_points
+from pipeline.resample.methods import METHODS
 
 # Source pixels of padding around each window, per method (kernel support + 1 for rounding).
-KERNEL_PAD = {"nearest": 1, "bilinear": 2, "cubic": 3, "average": 2, "mode": 2, "min": 2, "max": 2, "median": 2}
+KERNEL_PAD = {name: m.pad for name, m in METHODS.items()}
 # Methods that blend values may read an (average) overview; value-picking methods read full resolution,
 # so that nearest/mode/min/max/median only ever return values present in the data.
-OVERVIEW_METHODS = frozenset({"average", "bilinear", "cubic"})
+OVERVIEW_METHODS = frozenset(name for name, m in METHODS.items() if m.reads_overviews)
 SNAP_TO_GROUP = 1.0
 """A partition cut moves to the start of a band and date when that is within this many partitions' shares
 of the total (see :func:`pack_partitions`)."""

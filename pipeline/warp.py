@@ -23,10 +23,11 @@ from pipeline.plan import SourceWindow
 from pipeline.resample.coords import LineMap
 from pipeline.resample.fuse import valid_mask
 from pipeline.resample.kernels import CENTRE_METHODS, CoordMap, resample
+from pipeline.resample.methods import METHODS
 from pipeline.transform import approx_lines
 
 # Our method names -> rasterio's Resampling members where they differ.
-GDAL_NAMES = {"median": "med"}
+GDAL_NAMES = {name: m.gdal_name for name, m in METHODS.items() if m.gdal_name != name}
 
 
 @lru_cache(maxsize=256)

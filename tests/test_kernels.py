@@ -329,3 +329,18 @@ def test_same_crs_fast_paths_for_float_pixels(step: float, oy: int, ox: int, nod
     for method in FOOTPRINT_METHODS:
         got, want = resample(src, nodata, cmap, method), RESAMPLERS[method](src, nodata, cmap)
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=0, equal_nan=True, err_msg=method)
+
+
+def test_method_table_matches_the_kernels_and_gdal() -> None:
+    """The one table of methods: each has an array kernel, a GDAL name rasterio knows, and the family
+    its kernel implements (a point method samples centres, the others footprints)."""
+    from rasterio.enums import Resampling
+
+    from pipeline.resample import kernels
+    from pipeline.resample.methods import METHODS
+
+    assert set(kernels.RESAMPLERS) == set(METHODS)
+    for name, m in METHODS.items():
+        assert hasattr(Resampling, m.gdal_name), name
+        assert (name in kernels.CENTRE_METHODS) == (m.family == "point")
+        assert m.reads_overviews == (m.family != "rank" and name != "nearest")

@@ -32,11 +32,12 @@ import numpy as np
 
 from pipeline.resample.coords import CoordMap, LineMap
 from pipeline.resample.fuse import get_xp, nodata_fill, valid_mask
+from pipeline.resample.methods import NAMES, POINT
 
 __all__ = ["KERNEL_METHODS", "CoordMap", "LineMap", "block_factor", "resample"]
 
-KERNEL_METHODS = ("nearest", "bilinear", "cubic", "average", "mode", "min", "max", "median")
-CENTRE_METHODS = ("nearest", "bilinear", "cubic")
+KERNEL_METHODS = NAMES
+CENTRE_METHODS = POINT
 """Methods that sample at pixel centres; the others read each pixel's footprint (its corners)."""
 EPS = 1e-10
 """GDAL's nudge before flooring a source coordinate."""

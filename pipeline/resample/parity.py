@@ -17,8 +17,9 @@ import numpy as np
 
 from pipeline.resample.coords import CoordMap, LineMap
 from pipeline.resample.kernels import KERNEL_METHODS, resample
+from pipeline.resample.methods import METHODS
 
-EXACT = ("nearest", "mode", "min", "max", "median")
+EXACT = tuple(name for name, m in METHODS.items() if m.exact_on_gpu)
 CASES = ("same", "reproj", "up3")
 DTYPES = ("uint16", "float32")
 

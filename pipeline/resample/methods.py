@@ -1,0 +1,56 @@
+"""The one table of resampling methods: what planning, the kernels, the GPU check and the GDAL
+engine each need to know about a method, in one place. Pure data; imports nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    """The config's name (``resampling:``)."""
+    family: str
+    """``point``: samples at destination pixel centres (interpolation); ``footprint``: weighs the source
+    pixels under each destination pixel's footprint; ``rank``: picks among those pixels by value."""
+    gdal_name: str
+    """GDAL's name for it (``rasterio.enums.Resampling``), for the GDAL engine."""
+    pad: int
+    """Source pixels of padding around each window (kernel support + 1 for rounding)."""
+    reads_overviews: bool
+    """Whether a downsampling read may come from an (average) overview: blending methods may; value
+    pickers read full resolution so they only ever return values present in the data."""
+    exact_on_gpu: bool
+    """Whether a device must match NumPy bit for bit (value pickers) or within 1e-3 relative."""
+    ties: str
+    """How ties and nodata are settled, as GDAL does."""
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method(
+            "nearest", "point", "nearest", 1, False, True, "the source pixel containing the centre, floor(x + 1e-10)"
+        ),
+        Method(
+            "bilinear",
+            "point",
+            "bilinear",
+            2,
+            True,
+            False,
+            "kernel stretched over 1/scale when downsampling; weights renormalised over valid pixels",
+        ),
+        Method("cubic", "point", "cubic", 3, True, False, "Keys a = -0.5, stretched and renormalised as bilinear"),
+        Method("average", "footprint", "average", 2, True, False, "area-weighted over the footprint; nodata ignored"),
+        Method("mode", "rank", "mode", 2, False, True, "the value that first reaches the highest count in scan order"),
+        Method("min", "rank", "min", 2, False, True, "smallest valid value under the footprint"),
+        Method("max", "rank", "max", 2, False, True, "largest valid value under the footprint"),
+        Method("median", "rank", "med", 2, False, True, "the valid value at rank (n - 1) / 2"),
+    )
+}
+
+NAMES: tuple[str, ...] = tuple(METHODS)
+POINT: tuple[str, ...] = tuple(n for n, m in METHODS.items() if m.family == "point")
+"""Methods that sample at pixel centres; the others read each pixel's footprint (its corners)."""
