@@ -250,13 +250,13 @@ def test_aligned_upsampling_past_the_source_edge_matches_gdal(method: str) -> No
 def test_large_sources_give_the_same_pixels_without_a_framed_copy(method: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Sources over WHOLE_FRAME_BYTES are not copied into a zero frame whole: the weighted methods frame
     bands of rows a few blocks deep, nearest masks the pixels off the source. Same pixels either way."""
-    import pipeline.resample.kernels as kernels
+    from pipeline.resample import common
 
     a, s = source(*CASES["cross-zone"])
     dt, shape = dst_grid("cross-zone", (600, 600))
     framed_whole = warp_window(a, s, shape, dt, "EPSG:32632", 0.0, method, engine="kernels")
-    monkeypatch.setattr(kernels, "WHOLE_FRAME_BYTES", 0)
-    monkeypatch.setattr(kernels, "BLOCK_PX", 1 << 14)  # more blocks, so bands are framed again and reused
+    monkeypatch.setattr(common, "WHOLE_FRAME_BYTES", 0)
+    monkeypatch.setattr(common, "BLOCK_PX", 1 << 14)  # more blocks, so bands are framed again and reused
     np.testing.assert_array_equal(warp_window(a, s, shape, dt, "EPSG:32632", 0.0, method, engine="kernels"),
                                   framed_whole)  # fmt: skip
     assert (framed_whole[:, -1] == 0).all() and (framed_whole != 0).any()  # it reaches past the source
@@ -270,7 +270,7 @@ def test_bands_prefiltered_one_by_one_equal_the_whole_source_prefiltered(
     """A large source's bilinear prefilter runs a band of rows at a time into a reused, framed buffer;
     every band equals the same rows of the whole source prefiltered, framed, bit for bit (float pixels,
     so a neighbour row left out would show), at the source's edges and away from them."""
-    import pipeline.resample.kernels as kernels
+    from pipeline.resample import common, weighted
 
     rng = np.random.default_rng(7)
     src = rng.uniform(0, 1000, (90, 70)).astype("f4")
@@ -278,17 +278,17 @@ def test_bands_prefiltered_one_by_one_equal_the_whole_source_prefiltered(
     whole = np.where(valid, src, 0).astype("f4")
     vwhole = valid.astype("f4")
     for axis, s in ((1, stretch[0]), (0, stretch[1])):
-        whole = kernels._tent_prefilter(whole, s, axis, np)
-        vwhole = kernels._tent_prefilter(vwhole, s, axis, np)
-    lazy = kernels._LazyRows(src, valid if nodata else None, stretch, np)
-    pixels = kernels._Weighted(None, None, np.float32, np, lazy=lazy)
+        whole = common._tent_prefilter(whole, s, axis, np)
+        vwhole = common._tent_prefilter(vwhole, s, axis, np)
+    lazy = weighted._LazyRows(src, valid if nodata else None, stretch, np)
+    pixels = weighted._Weighted(None, None, np.float32, np, lazy=lazy)
     pad = 4
     for r0, r1 in [(0, 20), (1, 2), (30, 61), (75, 90), (0, 90)]:
         got = pixels._made_into(lazy, "data", r0, r1, pad)
-        np.testing.assert_array_equal(got, kernels._pad(whole[r0:r1], pad, 0, np))
+        np.testing.assert_array_equal(got, common._pad(whole[r0:r1], pad, 0, np))
         if nodata:
             np.testing.assert_array_equal(pixels._made_into(lazy, "valid", r0, r1, pad),
-                                          kernels._pad(vwhole[r0:r1], pad, 0, np))  # fmt: skip
+                                          common._pad(vwhole[r0:r1], pad, 0, np))  # fmt: skip
 
 
 @pytest.mark.parametrize("method", [m for m in KERNEL_METHODS if m not in ("nearest", "bilinear", "cubic")])
@@ -296,19 +296,19 @@ def test_taps_of_weight_one_give_the_same_pixels_as_weight_arrays(method: str, m
     """Downsampling by 2 or more, a footprint covers some of its source pixels whole for every
     destination pixel: those taps weigh ONE, a number, and add their pixels without a product. The
     result equals the one with those weights spelt out as arrays of ones, bit for bit."""
-    import pipeline.resample.kernels as kernels
+    from pipeline.resample import common
 
     a, s = source(*CASES["cross-zone"])
     dt, shape = dst_grid("cross-zone")
     with_one = warp_window(a, s, shape, dt, "EPSG:32632", 0.0, method, engine="kernels")
-    real, seen = kernels._footprint_taps, []
+    real, seen = common._footprint_taps, []
 
     def spelt_out(*args: Any, **kw: Any) -> Any:
         first, wts = real(*args, **kw)
-        seen.append(any(w is kernels.ONE for w in wts))
-        return first, [np.ones(first.shape, dtype=wts[0].dtype) if w is kernels.ONE else w for w in wts]
+        seen.append(any(w is common.ONE for w in wts))
+        return first, [np.ones(first.shape, dtype=wts[0].dtype) if w is common.ONE else w for w in wts]
 
-    monkeypatch.setattr(kernels, "_footprint_taps", spelt_out)
+    monkeypatch.setattr(common, "_footprint_taps", spelt_out)
     np.testing.assert_array_equal(warp_window(a, s, shape, dt, "EPSG:32632", 0.0, method, engine="kernels"), with_one)
     assert any(seen)
 

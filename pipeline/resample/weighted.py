@@ -1,0 +1,369 @@
+"""Weighted sums over gathered taps, the machinery of the interpolating and averaging kernels: separable
+sums for one-CRS maps, framed gathers by row blocks for reprojected ones, lazily prefiltered bands
+for large sources."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from pipeline.resample import common
+from pipeline.resample.common import (
+    BAND_ROWS,
+    ONE,
+    SPARSE_TAP,
+    Footprints,
+    Taps,
+    _finish,
+    _inside,
+    _overlap,
+    _pad,
+    _row_blocks,
+    _set_frame,
+    _take_into,
+    _tent_prefilter,
+    _work_dtype,
+)
+from pipeline.resample.coords import CoordMap
+from pipeline.resample.fuse import get_xp, nodata_fill, valid_mask
+
+
+# ------------------------------------------------------------------------------------ weighted methods
+def _separable_mean(src: Any, nodata: float, y_taps: Taps, x_taps: Taps, xp: Any) -> Any:
+    """Σ w·v / Σ w over 1-D taps: along x, then along y; same CRS only. In blocks of destination rows,
+    each reading only the source rows its taps need, so the intermediate stays in cache; pixels are
+    gathered in their own dtype and weighted in float."""
+    h_s, w_s = src.shape
+    h, w = y_taps[0].shape[0], x_taps[0].shape[0]
+    ft = _work_dtype(src.dtype, xp)
+    valid = valid_mask(src, nodata, xp)
+    all_valid = bool(valid.all())
+    data = src if all_valid else xp.where(valid, src, 0)
+    vf = None if all_valid else valid.astype(ft)
+    # the x taps once: clipped columns, weights zeroed off the source
+    x_cols = [xp.clip(x_taps[0] + k, 0, w_s - 1) for k in range(len(x_taps[1]))]
+    x_wts = [xp.where((x_taps[0] + k >= 0) & (x_taps[0] + k < w_s), wk, 0.0).astype(ft)[None, :]
+             for k, wk in enumerate(x_taps[1])]  # fmt: skip
+    y_wts = [xp.where((y_taps[0] + k >= 0) & (y_taps[0] + k < h_s), wk, 0.0).astype(ft)
+             for k, wk in enumerate(y_taps[1])]  # fmt: skip
+    wx_sum = sum(x_wts[1:], x_wts[0].copy())
+    out = xp.empty((h, w), dtype=src.dtype)
+    for r0, r1 in _row_blocks(h, w, xp):
+        first = y_taps[0][r0:r1]
+        s0 = max(0, min(h_s - 1, int(first.min())))
+        s1 = max(s0 + 1, min(h_s, int(first.max()) + len(y_wts)))
+        rows = [xp.clip(first + k, s0, s1 - 1) - s0 for k in range(len(y_wts))]
+        block_wy = [wk[r0:r1, None] for wk in y_wts]
+        acc = _two_pass(data[s0:s1], x_cols, x_wts, rows, block_wy, ft, xp)
+        if vf is None:
+            wsum = sum(block_wy[1:], block_wy[0].copy()) * wx_sum
+        else:
+            wsum = _two_pass(vf[s0:s1], x_cols, x_wts, rows, block_wy, ft, xp)
+        out[r0:r1] = _finish(acc, wsum, nodata, src.dtype, xp)
+    return out
+
+
+def _two_pass(a: Any, x_cols: list[Any], x_wts: list[Any], rows: list[Any], y_wts: list[Any], ft: Any, xp: Any) -> Any:
+    """Σ_k wy_k · (Σ_j wx_j · a[:, cols_j])[rows_k]: the separable weighted sum of one row block."""
+    t = xp.zeros((a.shape[0], x_cols[0].shape[0]), dtype=ft)
+    for cols, wk in zip(x_cols, x_wts, strict=True):
+        t += xp.take(a, cols, axis=1) * wk
+    acc = xp.zeros((rows[0].shape[0], t.shape[1]), dtype=ft)
+    for r, wk in zip(rows, y_wts, strict=True):
+        acc += xp.take(t, r, axis=0) * wk
+    return acc
+
+
+def _gather_mean(data: Any, valid: Any, pad: int, y_taps: Taps, x_taps: Taps, ft: Any, xp: Any,
+                 spans: tuple[tuple[int, int], tuple[int, int]], overlaps: tuple[Any, Any] | None = None,
+                 ) -> tuple[Any, Any]:  # fmt: skip
+    """Σ w·v and Σ w·valid (in ``ft``) over per-pixel taps, gathered from ``data`` padded by ``pad`` zeros.
+
+    ``valid``: the padded validity as a 2-D array, or as (rows, columns) 1-D profiles when it is
+    separable (no nodata in the window): the weight sum then costs no gathers at all. ``spans``: the
+    least and greatest first index of the y and x taps. ``overlaps``: with a window that is all valid,
+    each footprint's length inside the source along y and x (average): Σ w·valid is their product.
+    """
+    hp, wp = data.shape
+    (fy, wy), (fx, wx) = y_taps, x_taps
+    iy = xp.clip(fy, -len(wy), hp - 2 * pad) + pad if pad else fy
+    ix = xp.clip(fx, -len(wx), wp - 2 * pad) + pad if pad else fx
+    if hp * wp >= 1 << 31:  # flat indices past int32
+        iy, ix = iy.astype(xp.int64), ix.astype(xp.int64)
+    base = iy * wp
+    base += ix
+    base = base.astype(xp.int64, copy=False)  # take's index type: converted once, not per gather
+    separable = isinstance(valid, tuple)
+    sources = [data.ravel()] if separable else [data.ravel(), valid.ravel()]
+    # A footprint a little over n pixels long reaches an (n+1)-th pixel only for some destination
+    # pixels: that last tap is added for those pixels alone, not gathered for all of them. The sums are
+    # formed in the same order as with every tap gathered (a tap of weight 0 adds exactly 0), so the
+    # result does not depend on which pixels share a block.
+    sparse_y, sparse_x = _sparse_tap(wy, xp), _sparse_tap(wx, xp)
+    dense_y = wy[:-1] if sparse_y is not None else wy
+    dense_x = wx[:-1] if sparse_x is not None else wx
+    if sparse_x is not None:
+        base_x, wx_last = base.ravel()[sparse_x] + len(wx) - 1, wx[-1].ravel()[sparse_x]
+    # Gathers into reused buffers and products written in place: no temporaries per tap.
+    picked = [xp.empty(base.shape, dtype=flat.dtype) for flat in sources]
+    term = xp.empty(base.shape, dtype=ft)
+    sums: list[Any] = [None for _ in sources]
+    for ky, wyk in enumerate(dense_y):
+        for i, flat in enumerate(sources):
+            row: Any = None
+            for kx, wxk in enumerate(dense_x):
+                _take_into(flat[ky * wp + kx :], base, picked[i], xp)  # an offset view, not an index sum
+                if row is None:
+                    row = picked[i].astype(ft) if wxk is ONE else xp.multiply(wxk, picked[i], dtype=ft)
+                elif wxk is ONE:
+                    row += picked[i]
+                else:
+                    xp.multiply(wxk, picked[i], out=term, dtype=ft)
+                    row += term
+            if sparse_x is not None:
+                row.ravel()[sparse_x] += wx_last * xp.take(flat[ky * wp :], base_x)
+            if wyk is not ONE:
+                row *= wyk
+            if sums[i] is None:
+                sums[i] = row
+            else:
+                sums[i] += row
+    if sparse_y is not None:
+        b = base.ravel()[sparse_y] + (len(wy) - 1) * wp
+        w_cols = [wk if wk is ONE else wk.ravel()[sparse_y] for wk in wx]
+        for total, flat in zip(sums, sources, strict=True):
+            row = xp.zeros(b.shape, dtype=ft)
+            for kx, wxk in enumerate(w_cols):
+                row += xp.multiply(wxk, xp.take(flat[kx:], b), dtype=ft)
+            total.ravel()[sparse_y] += wy[-1].ravel()[sparse_y] * row
+    acc = sums[0]
+    wsum = None if separable else sums[1]
+    if separable and overlaps is not None:
+        wsum = overlaps[0] * overlaps[1]
+    elif separable:
+        vy, vx = valid
+        (ylo, yhi), (xlo, xhi) = spans  # of the clipped indices: clipping is monotone
+        ys = (min(max(ylo, -len(wy)), hp - 2 * pad), min(max(yhi, -len(wy)), hp - 2 * pad)) if pad else spans[0]
+        xs = (min(max(xlo, -len(wx)), wp - 2 * pad), min(max(xhi, -len(wx)), wp - 2 * pad)) if pad else spans[1]
+        sy, sx = _profile_sum(vy, iy, wy, pad, ys, xp), _profile_sum(vx, ix, wx, pad, xs, xp)
+        wsum = sy * sx
+    return acc, wsum
+
+
+def _sparse_tap(wts: list[Any], xp: Any) -> Any:
+    """Flat indices of the pixels whose last tap weighs anything, when they are few (else None)."""
+    if len(wts) < 2 or wts[-1] is ONE:
+        return None
+    reaches = wts[-1] != 0
+    if int(xp.count_nonzero(reaches)) > SPARSE_TAP * reaches.size:
+        return None
+    return xp.flatnonzero(reaches)
+
+
+def _profile_sum(profile: Any, first: Any, wts: list[Any], pad: int, span: tuple[int, int], xp: Any) -> Any:
+    """Σ_k w_k · profile[first + k], in that order. A tap whose pixels of the block all read one value
+    of the profile (all of it, for a window without nodata; its inside, away from the edges a
+    prefilter lowered) multiplies by that value without a gather: the same products, so blocks equal
+    the whole. ``span``: the least and greatest of ``first`` (unpadded)."""
+    n = len(profile) - 2 * pad
+    lo, hi = span
+    inner = profile[pad : pad + n]
+    total: Any = None
+    for k, wk in enumerate(wts):
+        c = _constant_over(inner, lo + k, hi + k)
+        if c is not None:
+            term = wk if c == 1.0 else wk * c  # w * 1 is w: no pass at all
+        else:
+            term = xp.empty(first.shape, dtype=profile.dtype)
+            _take_into(profile[k:], first, term, xp)
+            term *= wk  # v * w: the same product as w * v
+        if total is None:
+            total = term.copy() if term is wk else term
+        else:
+            total += term
+    return total
+
+
+def _constant_over(a: Any, i: int, j: int) -> float | None:
+    """The one value of ``a[i : j + 1]`` if all its elements equal it and the range is inside ``a``."""
+    if i < 0 or j >= len(a) or j < i:
+        return None
+    part = a[i : j + 1]
+    c = float(part[0])
+    return c if bool((part == c).all()) else None
+
+
+def _span(taps: Taps) -> tuple[int, int]:
+    """The least and greatest first index of these taps."""
+    return (int(taps[0].min()), int(taps[0].max())) if taps[0].size else (0, 0)
+
+
+class _Band(NamedTuple):
+    """Source rows ``r0 : r1`` of the pixels and of their validity, in a frame of ``pad`` zeros."""
+
+    r0: int
+    r1: int
+    pad: int
+    framed: Any
+    vframed: Any
+
+
+class _LazyRows:
+    """A large source's pixels (nodata zeroed) or validity, prefiltered (:func:`_tent_prefilter`, along
+    x then y) a band of rows at a time, into the band's buffer: no float copy of the whole source.
+    :meth:`make` is asked for ``reach`` rows more on each side than the band keeps, so every kept row
+    is summed with all its neighbours, in the order the whole-source prefilter sums them: same bits."""
+
+    def __init__(self, src: Any, valid: Any, stretch_xy: tuple[int, int], xp: Any) -> None:
+        self.src, self.valid, self.xp = src, valid, xp
+        self.stretch_xy = stretch_xy
+        self.shape: tuple[int, int] = src.shape
+        self.reach = stretch_xy[1] - 1
+        """Rows the y prefilter reads on each side of a row."""
+
+    def make(self, out: Any, a0: int, a1: int, validity: bool) -> None:
+        """Rows ``a0 : a1`` into ``out`` (``validity``: of the validity), prefiltered; the first and last
+        ``reach`` rows miss neighbours unless they are the source's own edges."""
+        if validity:
+            out[...] = self.valid[a0:a1]
+        elif self.valid is None:
+            out[...] = self.src[a0:a1]
+        else:
+            out[...] = self.xp.where(self.valid[a0:a1], self.src[a0:a1], 0)
+        sx, sy = self.stretch_xy
+        if sx > 1:
+            _tent_prefilter(out, sx, 1, self.xp)
+        if sy > 1:
+            _tent_prefilter(out, sy, 0, self.xp)
+
+
+class _Weighted:
+    """Pixels with nodata zeroed and their validity, as the per-pixel gathers read them.
+
+    ``valid``: a 2-D float array, or (rows, columns) 1-D profiles when validity is separable (no
+    nodata in the window). A block whose taps all land inside reads these directly; a block at the
+    edges reads a zero-framed copy (taps off the source weigh nothing): of the whole source, made once,
+    when it is small (the pipeline's windows); else a band of rows from the first its taps reach, a few
+    blocks deep, shared by the blocks below while they stay in it, written into the same buffers each
+    time. A 4096² output's source framed whole is 271 MB of fresh pages, which took this machine seconds
+    to fault in after another library had churned memory; framing each block's rows afresh copied
+    overlapping rows ~9 times over. A source given as ``lazy`` rows (a large source's bilinear
+    prefilter, :class:`_LazyRows`) is always read through such bands, each made when it is framed.
+    """
+
+    def __init__(self, data: Any, valid: Any, ft: Any, xp: Any, all_valid: bool = False,
+                 lazy: _LazyRows | None = None) -> None:  # fmt: skip
+        self.data, self.valid, self.ft, self.xp = data, valid, ft, xp
+        self.all_valid = all_valid
+        """Every pixel is valid (``valid`` is profiles of ones)."""
+        self.lazy = lazy
+        """Rows made on demand instead of ``data`` (and of ``valid`` where it is 2-D): always framed by bands."""
+        self.shape: tuple[int, int] = lazy.shape if lazy is not None else data.shape
+        self.whole: dict[int, tuple[Any, Any]] = {}
+        """The whole source framed, by frame width (small sources only)."""
+        self.band: _Band | None = None
+        """Large sources: the rows framed last."""
+        self.buffers: dict[str, Any] = {}
+        """Large sources: the arrays the framed rows are written into, reused from block to block."""
+
+    def sums(self, y_taps: Taps, x_taps: Taps, footprints: Footprints | None = None) -> tuple[Any, Any]:
+        """Σ w·v and Σ w·valid over the taps. ``footprints`` (average): where every pixel is valid, the
+        weight sums are their lengths inside the source (:func:`_overlap`), not gathered."""
+        xp, (h, w) = self.xp, self.shape
+        overlaps = None
+        if footprints is not None and self.all_valid:
+            fy0, fy1, fx0, fx1 = footprints
+            overlaps = _overlap(fy0, fy1, h, xp), _overlap(fx0, fx1, w, xp)
+        spans = (_span(y_taps), _span(x_taps))
+        (ylo, yhi), (xlo, xhi) = spans
+        ny = len(y_taps[1])
+        inside = ylo >= 0 and yhi + ny <= h and xlo >= 0 and xhi + len(x_taps[1]) <= w
+        if inside and self.lazy is None:  # all taps inside
+            return _gather_mean(self.data, self.valid, 0, y_taps, x_taps, self.ft, xp, spans, overlaps)
+        pad = max(ny, len(x_taps[1])) + 1
+        if self.lazy is not None:
+            pad = max(pad, self.lazy.reach)  # (the frame holds the neighbour rows a band's prefilter reads)
+        if self.lazy is None and self.data.nbytes <= common.WHOLE_FRAME_BYTES:
+            r0 = 0
+            if pad not in self.whole:
+                self.whole[pad] = self._framed(0, h, pad, reuse=False)
+            framed, vframed = self.whole[pad]
+        else:  # the rows the taps reach, framed with the next blocks' rows below them (blocks go down)
+            r0, r1 = min(max(ylo, 0), h), min(max(yhi + ny, 0), h)
+            band = self.band
+            if band is None or band.pad != pad or r0 < band.r0 or r1 > band.r1:
+                end = min(h, max(r1, r0 + BAND_ROWS * max(r1 - r0, 1)))
+                band = self.band = _Band(r0, end, pad, *self._framed(r0, end, pad, reuse=True))
+            r0, framed, vframed = band.r0, band.framed, band.vframed
+        rows = (y_taps[0] - r0, y_taps[1]) if r0 else y_taps  # the same taps, counted from the first framed row
+        return _gather_mean(framed, vframed, pad, rows, x_taps, self.ft, xp, ((ylo - r0, yhi - r0), spans[1]),
+                            overlaps)  # fmt: skip
+
+    def _framed(self, r0: int, r1: int, pad: int, reuse: bool) -> tuple[Any, Any]:
+        """Rows ``r0 : r1`` of the pixels and of their validity in a frame of ``pad`` zeros; written into
+        buffers kept from the last call where ``reuse`` (fresh pages are what is slow, see above)."""
+        xp = self.xp
+        zeros = xp.zeros(pad, dtype=self.ft)  # not np.pad: ~40 us of Python per call
+        if isinstance(self.valid, tuple):
+            vy, vx = self.valid
+            vframed: Any = (xp.concatenate([zeros, vy[r0:r1], zeros]), xp.concatenate([zeros, vx, zeros]))
+        elif self.lazy is not None:
+            vframed = self._made_into(self.lazy, "valid", r0, r1, pad)
+        else:
+            vframed = self._pad_into("valid", self.valid[r0:r1], pad, reuse)
+        if self.lazy is not None:
+            return self._made_into(self.lazy, "data", r0, r1, pad), vframed
+        return self._pad_into("data", self.data[r0:r1], pad, reuse), vframed
+
+    def _made_into(self, lazy: _LazyRows, name: str, r0: int, r1: int, pad: int) -> Any:
+        """Rows ``r0 : r1`` made by ``lazy`` in a frame of ``pad`` zeros, in a reused buffer: the rows a
+        prefilter reads beyond them are made in the frame first, then the frame is zeroed again."""
+        h, w = self.shape
+        a0, a1 = max(0, r0 - lazy.reach), min(h, r1 + lazy.reach)
+        framed = self._buffer(name, r1 - r0 + 2 * pad, w + 2 * pad, self.ft)
+        lazy.make(framed[pad - (r0 - a0) : pad + (a1 - r0), pad : pad + w], a0, a1, name == "valid")
+        _set_frame(framed, pad, 0)
+        return framed
+
+    def _pad_into(self, name: str, a: Any, pad: int, reuse: bool) -> Any:
+        if not reuse:
+            return _pad(a, pad, 0, self.xp)
+        return _pad(a, pad, 0, self.xp, out=self._buffer(name, a.shape[0] + 2 * pad, a.shape[1] + 2 * pad, a.dtype))
+
+    def _buffer(self, name: str, rows: int, cols: int, dtype: Any) -> Any:
+        """``rows`` x ``cols`` of the array kept for ``name``, reallocated only when it is too small or of
+        another width or dtype (fresh pages are what is slow, see above)."""
+        buf = self.buffers.get(name)
+        if buf is None or buf.shape[0] < rows or buf.shape[1] != cols or buf.dtype != dtype:
+            buf = self.buffers[name] = self.xp.empty((rows, cols), dtype=dtype)
+        return buf[:rows]
+
+
+BlockTaps = tuple[Taps, Taps, Footprints | None]
+"""A row block's y taps, x taps and, for the average, its footprints (see :meth:`_Weighted.sums`)."""
+
+
+def _general_mean(src: Any, nodata: float, cmap: CoordMap, taps_for: Callable[[int, int], BlockTaps],
+                  inside_test: bool, convex: bool = False) -> Any:  # fmt: skip
+    """Weighted means over per-pixel taps from a line map, in row blocks; GDAL's renormalisation.
+
+    Pixels are gathered in their own dtype (half the memory traffic of float32 for 16-bit data) and
+    weighted in float. ``convex``: the weights are never negative (see :func:`_finish`)."""
+    xp = get_xp(src)
+    h, w = cmap.shape_yx
+    ft = _work_dtype(src.dtype, xp)
+    valid = valid_mask(src, nodata, xp)
+    if bool(valid.all()):
+        ones = (xp.ones(src.shape[0], dtype=ft), xp.ones(src.shape[1], dtype=ft))
+        pixels = _Weighted(src, ones, ft, xp, all_valid=True)
+    else:
+        pixels = _Weighted(xp.where(valid, src, 0), valid.astype(ft), ft, xp)
+    out = xp.empty((h, w), dtype=src.dtype)
+    for r0, r1 in _row_blocks(h, w, xp):
+        acc, wsum = pixels.sums(*taps_for(r0, r1))
+        block = _finish(acc, wsum, nodata, src.dtype, xp, convex)
+        if inside_test:
+            xc, yc = cmap.centre_positions(xp, r0, r1, "f4")
+            block = xp.where(_inside(xc, yc, src.shape), block, nodata_fill(nodata, src.dtype, xp))
+        out[r0:r1] = block
+    return out
