@@ -53,9 +53,26 @@ if __name__ == "__main__":
 
 def run_free() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [FREE, os.environ.get("PYTHONPATH")]))}
-    subprocess.run([sys.executable, "-m", "pipeline", "run", peers.CONFIG, "-q", "--overwrite", "--workers", "2",
-                    "--set", f"output.path={peers.OUT}/free.zarr", "--report", f"{peers.OUT}/free.report.json"],
-                   check=True, cwd=ROOT, env=env)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "run",
+            peers.CONFIG,
+            "-q",
+            "--overwrite",
+            "--workers",
+            "2",
+            "--set",
+            f"output.path={peers.OUT}/free.zarr",
+            "--report",
+            f"{peers.OUT}/free.report.json",
+        ],
+        check=True,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 def run_dask_alone() -> None:

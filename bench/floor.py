@@ -46,8 +46,11 @@ def encode_seconds() -> tuple[float, int, int]:
     import xarray as xr
 
     if not os.path.isdir(CUBE):
-        subprocess.run([sys.executable, "-m", "pipeline", "run", CONFIG, "-q", "--overwrite", "--set",
-                        f"output.path={CUBE}"], check=True, cwd=ROOT)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "pipeline", "run", CONFIG, "-q", "--overwrite", "--set", f"output.path={CUBE}"],
+            check=True,
+            cwd=ROOT,
+        )
     ds = xr.open_zarr(CUBE, mask_and_scale=False)
     codec = numcodecs.Zstd(level=3)
     chunks = []
@@ -68,9 +71,16 @@ def main() -> None:
     dec_s, dec_bytes, n_reads = decode_seconds()
     enc_s, raw, stored = encode_seconds()
     floor = (dec_s + enc_s) / cores
-    result = {"decode_s": dec_s, "decoded_mb": dec_bytes / 1e6, "reads": n_reads, "encode_s": enc_s,
-              "output_raw_mb": raw / 1e6, "output_stored_mb": stored / 1e6, "cores": cores,
-              "floor_s": floor}  # fmt: skip
+    result = {
+        "decode_s": dec_s,
+        "decoded_mb": dec_bytes / 1e6,
+        "reads": n_reads,
+        "encode_s": enc_s,
+        "output_raw_mb": raw / 1e6,
+        "output_stored_mb": stored / 1e6,
+        "cores": cores,
+        "floor_s": floor,
+    }
     print(f"decode {n_reads} (file, level) reads, {dec_bytes / 1e6:.1f} MB: {dec_s:.2f} s on one core")
     print(f"encode {raw / 1e6:.1f} MB of chunks to {stored / 1e6:.1f} MB (ZSTD 3): {enc_s:.2f} s on one core")
     print(f"floor on {cores} cores: {floor:.2f} s")
@@ -79,8 +89,10 @@ def main() -> None:
         with open(peers) as f:
             med = json.load(f)["medians"]
         result["pipeline_s"] = med["pipeline"]
-        print(f"pipeline median {med['pipeline']:.2f} s = {med['pipeline'] / floor:.1f}x the floor; "
-              f"gdalwarp {med['gdalwarp']:.2f} s = {med['gdalwarp'] / floor:.1f}x")  # fmt: skip
+        print(
+            f"pipeline median {med['pipeline']:.2f} s = {med['pipeline'] / floor:.1f}x the floor; "
+            f"gdalwarp {med['gdalwarp']:.2f} s = {med['gdalwarp'] / floor:.1f}x"
+        )
     save_json("floor", result)
 
 

@@ -60,8 +60,11 @@ def main() -> int:
             ok &= bool(same)
             if breakeven is None and gpu_s < cpu_s:
                 breakeven = n
-            print(f"{method:<9}{case:<7}{dtype:<8}{n:>6}{cpu_s * 1e3:10.1f}{gpu_s * 1e3:10.1f}"
-                  f"{cpu_s / gpu_s:8.1f}x" + ("" if same else "  MISMATCH"), flush=True)  # fmt: skip
+            print(
+                f"{method:<9}{case:<7}{dtype:<8}{n:>6}{cpu_s * 1e3:10.1f}{gpu_s * 1e3:10.1f}"
+                f"{cpu_s / gpu_s:8.1f}x" + ("" if same else "  MISMATCH"),
+                flush=True,
+            )
         print(f"{method:<9}{case:<7}{dtype:<8} break-even: {breakeven or 'never'}")
     print("parity:", "ok" if ok else "FAILED")
     return 0 if ok else 1

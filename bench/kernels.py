@@ -75,15 +75,26 @@ def main() -> None:
                         cpu[engine].append(time.thread_time() - c)
                 mpx = {e: n * n / 1e6 / statistics.median(v) for e, v in wall.items()}
                 mpx_cpu = {e: n * n / 1e6 / statistics.median(v) for e, v in cpu.items()}
-                rows.append({"size": n, "case": name, "method": method, "kernels_Mpx_s": mpx["kernels"],
-                             "gdal_Mpx_s": mpx["gdal"], "ratio": mpx["kernels"] / mpx["gdal"],
-                             "kernels_Mpx_cpu_s": mpx_cpu["kernels"], "gdal_Mpx_cpu_s": mpx_cpu["gdal"],
-                             "ratio_cpu": mpx_cpu["kernels"] / mpx_cpu["gdal"]})  # fmt: skip
+                rows.append(
+                    {
+                        "size": n,
+                        "case": name,
+                        "method": method,
+                        "kernels_Mpx_s": mpx["kernels"],
+                        "gdal_Mpx_s": mpx["gdal"],
+                        "ratio": mpx["kernels"] / mpx["gdal"],
+                        "kernels_Mpx_cpu_s": mpx_cpu["kernels"],
+                        "gdal_Mpx_cpu_s": mpx_cpu["gdal"],
+                        "ratio_cpu": mpx_cpu["kernels"] / mpx_cpu["gdal"],
+                    }
+                )
                 r = rows[-1]
-                print(f"{n:>5} {name:<8}{method:<9} kernels {r['kernels_Mpx_s']:7.1f} Mpx/s  "
-                      f"gdal {r['gdal_Mpx_s']:7.1f} Mpx/s  ratio {r['ratio']:.2f}x  "
-                      f"(CPU time: {r['kernels_Mpx_cpu_s']:.1f} / {r['gdal_Mpx_cpu_s']:.1f}, {r['ratio_cpu']:.2f}x)",
-                      flush=True)  # fmt: skip
+                print(
+                    f"{n:>5} {name:<8}{method:<9} kernels {r['kernels_Mpx_s']:7.1f} Mpx/s  "
+                    f"gdal {r['gdal_Mpx_s']:7.1f} Mpx/s  ratio {r['ratio']:.2f}x  "
+                    f"(CPU time: {r['kernels_Mpx_cpu_s']:.1f} / {r['gdal_Mpx_cpu_s']:.1f}, {r['ratio_cpu']:.2f}x)",
+                    flush=True,
+                )
     save_json(os.environ.get("BENCH_SAVE_AS", "kernels"), rows)
 
 

@@ -24,8 +24,21 @@ REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 def one_run(workers: int) -> dict[str, float]:
     out = os.path.join(ROOT, "out", f"bench-w{workers}.zarr")
     report = os.path.join(ROOT, "out", f"bench-w{workers}.report.json")
-    cmd = [sys.executable, "-m", "pipeline", "run", CONFIG, "-q", "--overwrite", "--workers", str(workers),
-           "--set", f"output.path={out}", "--report", report]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline",
+        "run",
+        CONFIG,
+        "-q",
+        "--overwrite",
+        "--workers",
+        str(workers),
+        "--set",
+        f"output.path={out}",
+        "--report",
+        report,
+    ]
     t = time.perf_counter()
     subprocess.run(cmd, check=True, cwd=ROOT)
     wall = time.perf_counter() - t
@@ -51,8 +64,10 @@ def main() -> None:
     med = {w: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for w, rs in runs.items()}
     print(f"{'workers':<8}{'process s':>10}{'run s':>8}{'input MB/s':>12}{'decoded MB/s':>14}{'out Mpx/s':>11}")
     for w, m in med.items():
-        print(f"{w:<8}{m['process_s']:10.2f}{m['run_s']:8.2f}{m['input_MB_s']:12.1f}"
-              f"{m['decoded_MB_s']:14.1f}{m['output_Mpx_s']:11.1f}")  # fmt: skip
+        print(
+            f"{w:<8}{m['process_s']:10.2f}{m['run_s']:8.2f}{m['input_MB_s']:12.1f}"
+            f"{m['decoded_MB_s']:14.1f}{m['output_Mpx_s']:11.1f}"
+        )
     speedup = med[1]["run_s"] / med[2]["run_s"]
     print(f"speedup 2 vs 1 worker: {speedup:.2f}x (medians of {REPEATS} interleaved runs)")
     save_json("casestudy", {"medians": med, "runs": runs, "speedup_2v1": speedup})

@@ -44,15 +44,19 @@ def run_demo(project_root: str, workers: int | None = None, echo: Callable[[str]
     catalog, plan = plan_run(full_config, clock)
     summary = summarise_plan(full_config, catalog, plan, clock)
     echo("")
-    echo(format_estimate(
-        estimate_for_plan(result.report, summary, TARGET_S),
-        f"Full scale, planned: {summary['inputs']['files']:,} files of this layout ({full}/index.parquet), "
-        f"{summary['tasks']:,} tasks, planned in {summary['driver_s']:.1f} s",
-    ))  # fmt: skip
-    echo(format_estimate(
-        project_bytes(result.report, FULL_FILES, FULL_BYTES, TARGET_S),
-        f"Full scale, the case study's bytes: {FULL_FILES:,} files, {FULL_BYTES / 1e12:.0f} TB "
-        "(its files are ~70x larger than the fixture's)",
-    ))  # fmt: skip
+    echo(
+        format_estimate(
+            estimate_for_plan(result.report, summary, TARGET_S),
+            f"Full scale, planned: {summary['inputs']['files']:,} files of this layout ({full}/index.parquet), "
+            f"{summary['tasks']:,} tasks, planned in {summary['driver_s']:.1f} s",
+        )
+    )
+    echo(
+        format_estimate(
+            project_bytes(result.report, FULL_FILES, FULL_BYTES, TARGET_S),
+            f"Full scale, the case study's bytes: {FULL_FILES:,} files, {FULL_BYTES / 1e12:.0f} TB "
+            "(its files are ~70x larger than the fixture's)",
+        )
+    )
     echo(f"\nstore:  {config.output.path}\nreport: {config.report_path}")
     return result.exit_code

@@ -26,8 +26,16 @@ from pipeline.resample.kernels import KERNEL_METHODS
 
 # CPU resample rates (Mpx/s of output per core) used when nothing better is known: the array kernels
 # on one core, cross-CRS 1024^2 (the slower case), from bench/kernels.py on this project's machine.
-CPU_MPX_S = {"nearest": 50.0, "bilinear": 9.0, "cubic": 3.5, "average": 12.0,
-             "mode": 1.7, "min": 7.0, "max": 7.0, "median": 4.0}  # fmt: skip
+CPU_MPX_S = {
+    "nearest": 50.0,
+    "bilinear": 9.0,
+    "cubic": 3.5,
+    "average": 12.0,
+    "mode": 1.7,
+    "min": 7.0,
+    "max": 7.0,
+    "median": 4.0,
+}
 # Decode and encode rates on one CPU core (MB/s), for the part of a task no device choice changes.
 CPU_DECODE_MB_S = 110.0
 CPU_ENCODE_MB_S = 40.0
@@ -182,8 +190,14 @@ def verify_gpu(xp: Any = None, info: GpuInfo | None = None, cache: str | None = 
     return {"ok": ok, "detail": detail, "key": key}
 
 
-def decide(requested: str, gpu_available: bool, gpu_reason: str, work: TaskWork,
-           profile: DeviceProfile | None, parity: dict[str, Any] | None = None) -> tuple[str, str]:  # fmt: skip
+def decide(
+    requested: str,
+    gpu_available: bool,
+    gpu_reason: str,
+    work: TaskWork,
+    profile: DeviceProfile | None,
+    parity: dict[str, Any] | None = None,
+) -> tuple[str, str]:
     """Device for one task and the reason, in words a user can check against the report.
 
     ``parity``: :func:`verify_gpu`'s verdict for the GPU; ``auto`` uses a GPU only when it passed."""

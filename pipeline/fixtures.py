@@ -23,9 +23,19 @@ logger = logging.getLogger(__name__)
 
 # Sentinel-2 MSI bands and their native pixel size in metres.
 S2_BANDS: dict[str, int] = {
-    "B01": 60, "B02": 10, "B03": 10, "B04": 10, "B05": 20, "B06": 20,
-    "B07": 20, "B08": 10, "B8A": 20, "B09": 60, "B11": 20, "B12": 20,
-}  # fmt: skip
+    "B01": 60,
+    "B02": 10,
+    "B03": 10,
+    "B04": 10,
+    "B05": 20,
+    "B06": 20,
+    "B07": 20,
+    "B08": 10,
+    "B8A": 20,
+    "B09": 60,
+    "B11": 20,
+    "B12": 20,
+}
 
 NODATA = 0
 CENTRE_LAT = 45.0
@@ -265,30 +275,52 @@ def write_virtual_index(
             for band in p.bands:
                 res = S2_BANDS[band]
                 n = p.tile_m // res
-                rows.append({
-                    "path": str(root / date / f"{spec.name}_{band}.tif"),
-                    "crs": f"EPSG:{spec.epsg}", "a": float(res), "b": 0.0, "c": spec.x0, "d": 0.0,
-                    "e": -float(res), "f": spec.y0, "width": n, "height": n,
-                    "xmin": spec.x0, "ymin": spec.y0 - p.tile_m, "xmax": spec.x0 + p.tile_m, "ymax": spec.y0,
-                    "dtype": "uint16", "file_nodata": float(NODATA), "block_x": 256, "block_y": 256,
-                    "overviews": _cog_overviews(n), "tag_date": date,
-                    # ZSTD+predictor on these values compresses to ~44% (measured on the real preset).
-                    "size": int(n * n * 2 * 0.44), "mtime": 0,
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "path": str(root / date / f"{spec.name}_{band}.tif"),
+                        "crs": f"EPSG:{spec.epsg}",
+                        "a": float(res),
+                        "b": 0.0,
+                        "c": spec.x0,
+                        "d": 0.0,
+                        "e": -float(res),
+                        "f": spec.y0,
+                        "width": n,
+                        "height": n,
+                        "xmin": spec.x0,
+                        "ymin": spec.y0 - p.tile_m,
+                        "xmax": spec.x0 + p.tile_m,
+                        "ymax": spec.y0,
+                        "dtype": "uint16",
+                        "file_nodata": float(NODATA),
+                        "block_x": 256,
+                        "block_y": 256,
+                        "overviews": _cog_overviews(n),
+                        "tag_date": date,
+                        # ZSTD+predictor on these values compresses to ~44% (measured on the real preset).
+                        "size": int(n * n * 2 * 0.44),
+                        "mtime": 0,
+                    }
+                )
     index = root / "index.parquet"
     table = TileTable.from_records(rows, INDEX_COLUMNS)
     write_index(str(index), table)
     config = root / "config.yaml"
-    config.write_text(yaml.safe_dump({
-        "inputs": {
-            "paths": ["**/*.tif"],
-            "pattern": r"(?P<date>\d{4}-\d{2}-\d{2})/(?P<tile>[^/]+)_(?P<band>[^/_.]+)\.tif$",
-            "index": "index.parquet",
-            "trust_index": True,
-        },
-        "grid": {"crs": "EPSG:32632", "resolution": 20},
-        "resampling": "average",
-        "output": {"path": "out.zarr", "chunks": {"y": 512, "x": 512}},
-    }, sort_keys=False))  # fmt: skip
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "inputs": {
+                    "paths": ["**/*.tif"],
+                    "pattern": r"(?P<date>\d{4}-\d{2}-\d{2})/(?P<tile>[^/]+)_(?P<band>[^/_.]+)\.tif$",
+                    "index": "index.parquet",
+                    "trust_index": True,
+                },
+                "grid": {"crs": "EPSG:32632", "resolution": 20},
+                "resampling": "average",
+                "output": {"path": "out.zarr", "chunks": {"y": 512, "x": 512}},
+            },
+            sort_keys=False,
+        )
+    )
     logger.info("virtual index of %d tiles (%dx%d per zone) in %s", len(table), nx, ny, index)
     return str(index), str(config)

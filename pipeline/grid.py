@@ -36,10 +36,24 @@ def densify_boxes(boxes: np.ndarray, n: int = 9) -> tuple[np.ndarray, np.ndarray
     """Points along the edges of ``boxes`` (N, 4: xmin, ymin, xmax, ymax): arrays (N, 4n)."""
     s = np.linspace(0.0, 1.0, n)
     x0, y0, x1, y1 = (boxes[:, i : i + 1] for i in range(4))
-    xs = np.concatenate([x0 + (x1 - x0) * s, np.broadcast_to(x1, (len(boxes), n)),
-                         x1 - (x1 - x0) * s, np.broadcast_to(x0, (len(boxes), n))], axis=1)  # fmt: skip
-    ys = np.concatenate([np.broadcast_to(y0, (len(boxes), n)), y0 + (y1 - y0) * s,
-                         np.broadcast_to(y1, (len(boxes), n)), y1 - (y1 - y0) * s], axis=1)  # fmt: skip
+    xs = np.concatenate(
+        [
+            x0 + (x1 - x0) * s,
+            np.broadcast_to(x1, (len(boxes), n)),
+            x1 - (x1 - x0) * s,
+            np.broadcast_to(x0, (len(boxes), n)),
+        ],
+        axis=1,
+    )
+    ys = np.concatenate(
+        [
+            np.broadcast_to(y0, (len(boxes), n)),
+            y0 + (y1 - y0) * s,
+            np.broadcast_to(y1, (len(boxes), n)),
+            y1 - (y1 - y0) * s,
+        ],
+        axis=1,
+    )
     return xs, ys
 
 

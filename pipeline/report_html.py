@@ -13,8 +13,15 @@ from typing import Any
 
 from pipeline.report import STAGES, format_report
 
-COLOURS = {"index": "#8c8c8c", "plan": "#b07aa1", "read": "#4e79a7", "resample": "#f28e2b",
-           "write": "#59a14f", "finalize": "#edc948", "overhead": "#e15759"}  # fmt: skip
+COLOURS = {
+    "index": "#8c8c8c",
+    "plan": "#b07aa1",
+    "read": "#4e79a7",
+    "resample": "#f28e2b",
+    "write": "#59a14f",
+    "finalize": "#edc948",
+    "overhead": "#e15759",
+}
 
 
 def _stage_chart(report: dict[str, Any], path: str) -> None:
@@ -58,8 +65,15 @@ def _timeline_chart(report: dict[str, Any], path: str) -> None:
     ax.set_xlabel("seconds since the first task started")
     ax.set_title("Task timeline (read / resample / write / other)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLOURS[s]) for s in ("read", "resample", "write", "overhead")]
-    ax.legend(handles, ["read", "resample", "write", "other"], loc="upper center", bbox_to_anchor=(0.5, -0.35),
-              fontsize=7, ncol=4, frameon=False)  # fmt: skip
+    ax.legend(
+        handles,
+        ["read", "resample", "write", "other"],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.35),
+        fontsize=7,
+        ncol=4,
+        frameon=False,
+    )
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

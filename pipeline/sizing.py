@@ -32,9 +32,15 @@ def measure_costs(report: dict[str, Any]) -> dict[str, float]:
 
 
 def estimate_workers(
-    costs: dict[str, float], *, bytes_read: float, bytes_written: float, files: int, target_s: float,
-    index_trusted: bool = True, driver_s: float | None = None,
-) -> dict[str, Any]:  # fmt: skip
+    costs: dict[str, float],
+    *,
+    bytes_read: float,
+    bytes_written: float,
+    files: int,
+    target_s: float,
+    index_trusted: bool = True,
+    driver_s: float | None = None,
+) -> dict[str, Any]:
     """Workers needed to finish in ``target_s``, and the stage that limits it.
 
     ``driver_s``: the index+plan time when it was measured on this very plan (else extrapolated per file).

@@ -67,8 +67,9 @@ def approx_lines(
         x, y = transform(r, cols)
         n = len(cols)
         zeros = np.zeros(x.size)
-        out.append((np.repeat(r, n), np.tile(cols, len(r)), np.ones(x.size, "i8"), zeros, x.ravel(), zeros,
-                    y.ravel(), zeros))  # fmt: skip
+        out.append(
+            (np.repeat(r, n), np.tile(cols, len(r)), np.ones(x.size, "i8"), zeros, x.ravel(), zeros, y.ravel(), zeros)
+        )
 
     if n_cols <= 5:
         exact_points(np.arange(m), 0, n_cols)
@@ -89,8 +90,18 @@ def approx_lines(
         a, b = max(start, lo), min(start + count, hi)
         k = int(good.sum())
         if k:
-            out.append((r[good], np.full(k, a), np.full(k, b - a), np.full(k, float(a - start)), sx[good, 0],
-                        ddx[good], sy[good, 0], ddy[good]))  # fmt: skip
+            out.append(
+                (
+                    r[good],
+                    np.full(k, a),
+                    np.full(k, b - a),
+                    np.full(k, float(a - start)),
+                    sx[good, 0],
+                    ddx[good],
+                    sy[good, 0],
+                    ddy[good],
+                )
+            )
         if not bad.any():
             continue
         r, sx, sy = r[bad], sx[bad], sy[bad]
@@ -104,8 +115,15 @@ def approx_lines(
             exact_points(r, start + mid, right)
         elif start + mid < hi and start + count > lo:
             px, py = transform(r, np.array([start + mid + (right - 1) // 2]))
-            stack.append((r, start + mid, right, np.column_stack([sx[:, 1], px[:, 0], sx[:, 2]]),
-                          np.column_stack([sy[:, 1], py[:, 0], sy[:, 2]])))  # fmt: skip
+            stack.append(
+                (
+                    r,
+                    start + mid,
+                    right,
+                    np.column_stack([sx[:, 1], px[:, 0], sx[:, 2]]),
+                    np.column_stack([sy[:, 1], py[:, 0], sy[:, 2]]),
+                )
+            )
     return _assemble(out, m, lo, hi)
 
 

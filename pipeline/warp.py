@@ -87,8 +87,7 @@ def compute_coord_map(
         lines = lines.shifted(-t[2] / t[0], -t[5] / t[4])
     else:
         inv = ~Affine(*t[:6])
-        lines = _approx(dst_crs, src.crs, grid, h, w, centres,
-                        (inv.a, inv.b, inv.c, inv.d, inv.e, inv.f))  # fmt: skip
+        lines = _approx(dst_crs, src.crs, grid, h, w, centres, (inv.a, inv.b, inv.c, inv.d, inv.e, inv.f))
     if centres:
         return CoordMap(shape_yx=(h, w), centres=lines, scale_xy=scale)
     return CoordMap(shape_yx=(h, w), corners=lines, scale_xy=scale)

@@ -39,8 +39,9 @@ def test_bands_filter_and_missing_band(small_config) -> None:  # type: ignore[no
 def test_parquet_index_rereads_only_changed_files(tmp_path: Path, small_dir: Path) -> None:
     data = tmp_path / "data"
     shutil.copytree(small_dir, data)
-    cfg = load_config(write_config(tmp_path, str(data / "**" / "*.tif"),
-                                   inputs={"index": str(tmp_path / "tiles.parquet")}))  # fmt: skip
+    cfg = load_config(
+        write_config(tmp_path, str(data / "**" / "*.tif"), inputs={"index": str(tmp_path / "tiles.parquet")})
+    )
     first = build_catalog(cfg)
     assert first.headers_read == 32 and os.path.exists(tmp_path / "tiles.parquet")
     second = build_catalog(cfg)
@@ -96,8 +97,10 @@ def test_mixed_preset_spans_three_zones_that_overlap() -> None:
     for s in specs:
         box = np.array([[s.x0, s.y0 - preset.tile_m, s.x0 + preset.tile_m, s.y0]])
         boxes.setdefault(s.epsg, []).append(transform_boxes(f"EPSG:{s.epsg}", "EPSG:32632", box)[0])
-    union = {epsg: (min(b[0] for b in bs), min(b[1] for b in bs), max(b[2] for b in bs), max(b[3] for b in bs))
-             for epsg, bs in boxes.items()}  # fmt: skip
+    union = {
+        epsg: (min(b[0] for b in bs), min(b[1] for b in bs), max(b[2] for b in bs), max(b[3] for b in bs))
+        for epsg, bs in boxes.items()
+    }
     for a in union:
         for b in union:
             ua, ub = union[a], union[b]

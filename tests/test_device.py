@@ -23,8 +23,9 @@ from pipeline.device import (
 from pipeline.errors import ConfigError
 from tests.helpers import write_config
 
-H200 = DeviceProfile(h2d_gb_s=50.0, d2h_gb_s=50.0, gpu_mpx_s={"nearest": 20000.0, "bilinear": 8000.0,
-                                                              "average": 6000.0}, launch_s=0.002)  # fmt: skip
+H200 = DeviceProfile(
+    h2d_gb_s=50.0, d2h_gb_s=50.0, gpu_mpx_s={"nearest": 20000.0, "bilinear": 8000.0, "average": 6000.0}, launch_s=0.002
+)
 PASSED = {"ok": True, "detail": "kernels match NumPy on this device"}
 
 
@@ -147,8 +148,12 @@ def test_gpu_profile_override_is_validated(tmp_path: Path) -> None:
 @pytest.mark.skipif(detect_gpu().available, reason="this machine has a GPU")
 def test_device_gpu_without_one_exits_2_and_writes_nothing(tmp_path: Path, small_dir: Path) -> None:
     cfg = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
-    r = subprocess.run([sys.executable, "-m", "pipeline", "run", str(cfg), "--device", "gpu"], capture_output=True,
-                       text=True, timeout=300)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "pipeline", "run", str(cfg), "--device", "gpu"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2 and "no worker has a usable GPU" in r.stderr
     assert not (tmp_path / "out.zarr").exists()
 

@@ -39,8 +39,10 @@ def test_valid_mask_float_nan_nodata(xp: Any) -> None:
     assert valid_mask(a, -9999.0).tolist() == [True, False, False]
 
 
-@given(st.lists(st.lists(st.integers(0, 3), min_size=6, max_size=6), min_size=1, max_size=4),
-       st.sampled_from(["first", "last", "min", "max", "mean"]))  # fmt: skip
+@given(
+    st.lists(st.lists(st.integers(0, 3), min_size=6, max_size=6), min_size=1, max_size=4),
+    st.sampled_from(["first", "last", "min", "max", "mean"]),
+)
 def test_fuse_never_invents_coverage(rows: list[list[int]], method: str) -> None:
     arrays = [np.asarray(r, dtype="u2") for r in rows]
     out = fuse_arrays(arrays, 0.0, method)

@@ -52,9 +52,18 @@ def dst_grid(case: str, shape: tuple[int, int] = (512, 512)) -> tuple[tuple[floa
 
 def gdal(a: np.ndarray, s: SourceWindow, dt: tuple[float, ...], shape: tuple[int, int], method: str) -> np.ndarray:
     out = np.zeros(shape, a.dtype)
-    reproject(a, out, src_transform=Affine(*s.transform), src_crs=CRS.from_user_input(s.crs), src_nodata=0,
-              dst_transform=Affine(*dt), dst_crs=CRS.from_user_input("EPSG:32632"), dst_nodata=0,
-              resampling=Resampling[GDAL_NAMES.get(method, method)], num_threads=1)  # fmt: skip
+    reproject(
+        a,
+        out,
+        src_transform=Affine(*s.transform),
+        src_crs=CRS.from_user_input(s.crs),
+        src_nodata=0,
+        dst_transform=Affine(*dt),
+        dst_crs=CRS.from_user_input("EPSG:32632"),
+        dst_nodata=0,
+        resampling=Resampling[GDAL_NAMES.get(method, method)],
+        num_threads=1,
+    )
     return out
 
 
@@ -134,8 +143,9 @@ def quadratic(a: float, b: float, c: float) -> Any:
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 700), st.integers(1, 6), st.floats(0.5, 3.0), st.floats(0.0, 2e-4), st.data())
-def test_approximation_is_within_budget_and_windows_are_slices(n_cols: int, n_rows: int, a: float, b: float,
-                                                                data: st.DataObject) -> None:  # fmt: skip
+def test_approximation_is_within_budget_and_windows_are_slices(
+    n_cols: int, n_rows: int, a: float, b: float, data: st.DataObject
+) -> None:
     exact = quadratic(a, b, 0.3)
     rows = np.arange(n_rows) + 0.5
     whole = approx_lines(exact, rows, n_cols, 0, n_cols, 0.5)
@@ -161,8 +171,9 @@ def test_chunk_by_chunk_equals_whole(case: str, method: str) -> None:
     for r0 in range(0, 384, 128):
         for c0 in range(0, 384, 128):
             t = (dt[0], 0.0, dt[2] + dt[0] * c0, 0.0, dt[4], dt[5] + dt[4] * r0)
-            pieces[r0 : r0 + 128, c0 : c0 + 128] = warp_window(a, s, (128, 128), t, "EPSG:32632", 0.0, method,
-                                                              grid=RowSpan(dt, 384, r0, c0))  # fmt: skip
+            pieces[r0 : r0 + 128, c0 : c0 + 128] = warp_window(
+                a, s, (128, 128), t, "EPSG:32632", 0.0, method, grid=RowSpan(dt, 384, r0, c0)
+            )
     np.testing.assert_array_equal(pieces, whole)
 
 
@@ -174,8 +185,9 @@ def test_kernels_run_on_the_array_module_they_are_given(xp: Any) -> None:
         assert type(out) is type(src) and out.shape == (4, 4)
     avg = resample(src, 0.0, cmap, "average")
     expected = np.arange(64, dtype="f8").reshape(4, 2, 4, 2).mean(axis=(1, 3)) + 1
-    np.testing.assert_array_equal(np.asarray(avg.get() if hasattr(avg, "get") else avg),
-                                  np.floor(expected + 0.5).astype("u2"))  # fmt: skip
+    np.testing.assert_array_equal(
+        np.asarray(avg.get() if hasattr(avg, "get") else avg), np.floor(expected + 0.5).astype("u2")
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -190,8 +202,9 @@ def test_nodata_placement(h: int, w: int, factor: int, seed: int) -> None:
     # average: nodata exactly where a whole block is nodata; never 0 where any source is valid
     np.testing.assert_array_equal(avg == 0, (blocks == 0).all(axis=(1, 3)))
     near = resample(src, 0.0, cmap, "nearest")
-    np.testing.assert_array_equal(near, src[factor // 2 :: factor, factor // 2 :: factor][:h, :w] if factor > 1
-                                  else src)  # fmt: skip
+    np.testing.assert_array_equal(
+        near, src[factor // 2 :: factor, factor // 2 :: factor][:h, :w] if factor > 1 else src
+    )
     for method in ("mode", "min", "max", "median"):  # the footprint statistics: nodata exactly there too
         np.testing.assert_array_equal(resample(src, 0.0, cmap, method) == 0, avg == 0)
     masked = np.ma.masked_equal(blocks.transpose(0, 2, 1, 3).reshape(h, w, -1).astype("i8"), 0)
@@ -213,11 +226,18 @@ FOOTPRINT_METHODS = [m for m in KERNEL_METHODS if m not in ("nearest", "bilinear
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.integers(3, 20), st.integers(3, 20), st.sampled_from([0.5, 1.0, 1 / 3, 2.0, 0.75]),
-       st.sampled_from([0.5, 1.0, 1 / 3, 2.0, 0.75]), st.integers(-12, 12), st.integers(-12, 12),
-       st.integers(0, 2**32 - 1))  # fmt: skip
-def test_same_crs_fast_paths_equal_the_kernels(h: int, w: int, step: float, step_x: float, oy: int, ox: int,
-                                               seed: int) -> None:  # fmt: skip
+@given(
+    st.integers(3, 20),
+    st.integers(3, 20),
+    st.sampled_from([0.5, 1.0, 1 / 3, 2.0, 0.75]),
+    st.sampled_from([0.5, 1.0, 1 / 3, 2.0, 0.75]),
+    st.integers(-12, 12),
+    st.integers(-12, 12),
+    st.integers(0, 2**32 - 1),
+)
+def test_same_crs_fast_paths_equal_the_kernels(
+    h: int, w: int, step: float, step_x: float, oy: int, ox: int, seed: int
+) -> None:
     """Destinations on lattices of whole or split source pixels (identical grids, 60 m onto 20 m, 10 m
     onto 20 m, and steps that fit no lattice; each axis its own), reaching past the source's edges or
     not: the pixels off the source are cut away and the rest may be a gather of rows and columns; the
@@ -227,8 +247,9 @@ def test_same_crs_fast_paths_equal_the_kernels(h: int, w: int, step: float, step
     src[rng.random(src.shape) < 0.2] = 0
     cmap = CoordMap((h, w), xe=ox * step_x + np.arange(w + 1) * step_x, ye=oy * step + np.arange(h + 1) * step)
     for method in FOOTPRINT_METHODS:
-        np.testing.assert_array_equal(resample(src, 0.0, cmap, method), RESAMPLERS[method](src, 0.0, cmap),
-                                      err_msg=method)  # fmt: skip
+        np.testing.assert_array_equal(
+            resample(src, 0.0, cmap, method), RESAMPLERS[method](src, 0.0, cmap), err_msg=method
+        )
 
 
 @pytest.mark.parametrize("method", FOOTPRINT_METHODS)
@@ -257,8 +278,9 @@ def test_large_sources_give_the_same_pixels_without_a_framed_copy(method: str, m
     framed_whole = warp_window(a, s, shape, dt, "EPSG:32632", 0.0, method, engine="kernels")
     monkeypatch.setattr(common, "WHOLE_FRAME_BYTES", 0)
     monkeypatch.setattr(common, "BLOCK_PX", 1 << 14)  # more blocks, so bands are framed again and reused
-    np.testing.assert_array_equal(warp_window(a, s, shape, dt, "EPSG:32632", 0.0, method, engine="kernels"),
-                                  framed_whole)  # fmt: skip
+    np.testing.assert_array_equal(
+        warp_window(a, s, shape, dt, "EPSG:32632", 0.0, method, engine="kernels"), framed_whole
+    )
     assert (framed_whole[:, -1] == 0).all() and (framed_whole != 0).any()  # it reaches past the source
 
 
@@ -287,8 +309,9 @@ def test_bands_prefiltered_one_by_one_equal_the_whole_source_prefiltered(
         got = pixels._made_into(lazy, "data", r0, r1, pad)
         np.testing.assert_array_equal(got, common._pad(whole[r0:r1], pad, 0, np))
         if nodata:
-            np.testing.assert_array_equal(pixels._made_into(lazy, "valid", r0, r1, pad),
-                                          common._pad(vwhole[r0:r1], pad, 0, np))  # fmt: skip
+            np.testing.assert_array_equal(
+                pixels._made_into(lazy, "valid", r0, r1, pad), common._pad(vwhole[r0:r1], pad, 0, np)
+            )
 
 
 @pytest.mark.parametrize("method", [m for m in KERNEL_METHODS if m not in ("nearest", "bilinear", "cubic")])
@@ -314,8 +337,13 @@ def test_taps_of_weight_one_give_the_same_pixels_as_weight_arrays(method: str, m
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.sampled_from([1.0, 1 / 3, 0.5]), st.integers(-6, 6), st.integers(-6, 6), st.sampled_from([math.nan, -9999.0]),
-       st.integers(0, 2**32 - 1))  # fmt: skip
+@given(
+    st.sampled_from([1.0, 1 / 3, 0.5]),
+    st.integers(-6, 6),
+    st.integers(-6, 6),
+    st.sampled_from([math.nan, -9999.0]),
+    st.integers(0, 2**32 - 1),
+)
 def test_same_crs_fast_paths_for_float_pixels(step: float, oy: int, ox: int, nodata: float, seed: int) -> None:
     """Float pixels with NaN holes, NaN or a number as nodata: the fast paths place nodata where the
     kernels do (NaN pixels count as nodata) and give the same values (the kernels' weighted mean of one

@@ -17,20 +17,45 @@ def tile_table(specs: list[tuple[str, float, float, int, float]], band: str = "B
     """Rows for square tiles: (crs, x0, y0, size_px, res); no files behind them."""
     rows = []
     for i, (crs, x0, y0, n, res) in enumerate(specs):
-        rows.append({
-            "path": f"/virtual/{i:04d}.tif", "band": band, "tile": str(i), "date": np.datetime64("2024-01-01"),
-            "crs": crs, "a": res, "b": 0.0, "c": x0, "d": 0.0, "e": -res, "f": y0, "width": n, "height": n,
-            "xmin": x0, "ymin": y0 - n * res, "xmax": x0 + n * res, "ymax": y0, "dtype": "uint16",
-            "file_nodata": 0.0, "nodata": 0.0, "block_x": 256, "block_y": 256, "overviews": [2, 4],
-            "size": n * n * 2, "mtime": 0,
-        })  # fmt: skip
+        rows.append(
+            {
+                "path": f"/virtual/{i:04d}.tif",
+                "band": band,
+                "tile": str(i),
+                "date": np.datetime64("2024-01-01"),
+                "crs": crs,
+                "a": res,
+                "b": 0.0,
+                "c": x0,
+                "d": 0.0,
+                "e": -res,
+                "f": y0,
+                "width": n,
+                "height": n,
+                "xmin": x0,
+                "ymin": y0 - n * res,
+                "xmax": x0 + n * res,
+                "ymax": y0,
+                "dtype": "uint16",
+                "file_nodata": 0.0,
+                "nodata": 0.0,
+                "block_x": 256,
+                "block_y": 256,
+                "overviews": [2, 4],
+                "size": n * n * 2,
+                "mtime": 0,
+            }
+        )
     return TileTable.from_records(rows, TABLE_COLUMNS)
 
 
 @settings(deadline=None)
 @given(
-    st.integers(1, 3000), st.integers(1, 3000), st.integers(1, 700), st.integers(1, 700),
-)  # fmt: skip
+    st.integers(1, 3000),
+    st.integers(1, 3000),
+    st.integers(1, 700),
+    st.integers(1, 700),
+)
 def test_chunk_windows_tile_the_grid(h: int, w: int, ch: int, cw: int) -> None:
     g = GridSpec("EPSG:32632", (10.0, 0.0, 0.0, 0.0, -10.0, 0.0), (h, w), (ch, cw))
     ny, nx = g.n_chunks_yx
@@ -49,9 +74,12 @@ def test_chunk_windows_tile_the_grid(h: int, w: int, ch: int, cw: int) -> None:
 
 
 @given(
-    st.floats(-1e6, 1e6), st.floats(-1e6, 1e6), st.floats(1, 5e4), st.floats(1, 5e4),
+    st.floats(-1e6, 1e6),
+    st.floats(-1e6, 1e6),
+    st.floats(1, 5e4),
+    st.floats(1, 5e4),
     st.sampled_from([10.0, 20.0, 60.0, 0.5]),
-)  # fmt: skip
+)
 def test_grid_snaps_outward_to_the_resolution(x: float, y: float, dx: float, dy: float, res: float) -> None:
     g = compute_grid("EPSG:32632", (res, res), (256, 256), (x, y, x + dx, y + dy))
     xmin, ymin, xmax, ymax = g.bounds
@@ -80,17 +108,43 @@ def _brute_force_pairs(tiles: TileTable, grid: GridSpec) -> set[tuple[int, int, 
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40), st.integers(20, 300),
-                          st.sampled_from([10.0, 20.0, 60.0]), st.booleans()), min_size=1, max_size=6),
-       st.integers(16, 200))  # fmt: skip
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 40),
+            st.integers(0, 40),
+            st.integers(20, 300),
+            st.sampled_from([10.0, 20.0, 60.0]),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    st.integers(16, 200),
+)
 def test_plan_pairs_match_brute_force(specs: list, chunk: int) -> None:  # type: ignore[type-arg]
-    tiles = tile_table([
-        ("EPSG:32631" if other_zone else "EPSG:32632",
-         (730_000 if other_zone else 270_000) + ix * 600.0, 4_990_000 - iy * 600.0, n, res)
-        for ix, iy, n, res, other_zone in specs
-    ])  # fmt: skip
-    plan = compute_plan(tiles, crs="EPSG:32632", res_xy=(20.0, 20.0), chunks_yx=(chunk, chunk), bounds=None,
-                        resampling="nearest", fuse="first", partition_mb=0.5)  # fmt: skip
+    tiles = tile_table(
+        [
+            (
+                "EPSG:32631" if other_zone else "EPSG:32632",
+                (730_000 if other_zone else 270_000) + ix * 600.0,
+                4_990_000 - iy * 600.0,
+                n,
+                res,
+            )
+            for ix, iy, n, res, other_zone in specs
+        ]
+    )
+    plan = compute_plan(
+        tiles,
+        crs="EPSG:32632",
+        res_xy=(20.0, 20.0),
+        chunks_yx=(chunk, chunk),
+        bounds=None,
+        resampling="nearest",
+        fuse="first",
+        partition_mb=0.5,
+    )
     got = {(int(s.path[-8:-4]), j.cy, j.cx) for p in plan.partitions for j in p.jobs for s in j.sources}
     expected = _brute_force_pairs(tiles, plan.grid)
     # The planner also drops pairs whose padded window misses the file; it never adds pairs.
@@ -112,8 +166,16 @@ def test_plan_pairs_match_brute_force(specs: list, chunk: int) -> None:  # type:
 
 def test_windows_cover_the_chunk_same_crs() -> None:
     tiles = tile_table([("EPSG:32632", 300_000.0, 5_000_000.0, 1000, 10.0)])
-    plan = compute_plan(tiles, crs="EPSG:32632", res_xy=(20.0, 20.0), chunks_yx=(100, 100), bounds=None,
-                        resampling="bilinear", fuse="first", partition_mb=64)  # fmt: skip
+    plan = compute_plan(
+        tiles,
+        crs="EPSG:32632",
+        res_xy=(20.0, 20.0),
+        chunks_yx=(100, 100),
+        bounds=None,
+        resampling="bilinear",
+        fuse="first",
+        partition_mb=64,
+    )
     assert plan.grid.shape_yx == (500, 500)
     job = plan.partitions[0].jobs[0]
     (src,) = job.sources
@@ -126,15 +188,29 @@ def test_windows_cover_the_chunk_same_crs() -> None:
 def test_value_picking_methods_read_full_resolution() -> None:
     tiles = tile_table([("EPSG:32632", 300_000.0, 5_000_000.0, 1000, 10.0)])
     for method, level in (("nearest", -1), ("mode", -1), ("median", -1), ("average", 0), ("cubic", 0)):
-        plan = compute_plan(tiles, crs="EPSG:32632", res_xy=(20.0, 20.0), chunks_yx=(100, 100), bounds=None,
-                            resampling=method, fuse="first", partition_mb=64)  # fmt: skip
+        plan = compute_plan(
+            tiles,
+            crs="EPSG:32632",
+            res_xy=(20.0, 20.0),
+            chunks_yx=(100, 100),
+            bounds=None,
+            resampling=method,
+            fuse="first",
+            partition_mb=64,
+        )
         assert plan.partitions[0].jobs[0].sources[0].overview_level == level, method
 
 
 def test_partitions_pack_in_order_to_the_target_and_keys_are_stable() -> None:
     tiles = tile_table([("EPSG:32632", 300_000.0 + 5000 * i, 5_000_000.0, 600, 10.0) for i in range(6)])
-    kw = {"crs": "EPSG:32632", "res_xy": (20.0, 20.0), "chunks_yx": (64, 64), "bounds": None,
-          "resampling": "average", "fuse": "first"}  # fmt: skip
+    kw = {
+        "crs": "EPSG:32632",
+        "res_xy": (20.0, 20.0),
+        "chunks_yx": (64, 64),
+        "bounds": None,
+        "resampling": "average",
+        "fuse": "first",
+    }
     small = compute_plan(tiles, partition_mb=0.05, **kw)
     big = compute_plan(tiles, partition_mb=256, **kw)
     assert len(big.partitions) == 1 and len(small.partitions) > 5
@@ -155,7 +231,7 @@ def test_partitions_pack_in_order_to_the_target_and_keys_are_stable() -> None:
 @given(
     st.lists(st.one_of(st.integers(1, 1000), st.integers(10_000, 10**6)), min_size=1, max_size=400),
     st.floats(100, 5e6),
-)  # fmt: skip
+)
 def test_partitions_are_even_ordered_and_have_no_long_tail(costs: list[int], target: float) -> None:
     from pipeline.plan import pack_partitions
 
@@ -175,7 +251,7 @@ def test_partitions_are_even_ordered_and_have_no_long_tail(costs: list[int], tar
     st.lists(st.integers(1, 40), min_size=1, max_size=60),
     st.integers(1, 10**4),
     st.floats(0.2, 4.0),
-)  # fmt: skip
+)
 def test_cuts_move_to_the_start_of_a_band_and_date_when_one_is_near(sizes: list[int], job: int, per: float) -> None:
     """Groups of jobs read the same files (one band and date): a cut within a partition's share of a
     group's start moves there, so the files are opened once; partitions stay ordered and without a

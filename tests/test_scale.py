@@ -71,6 +71,9 @@ def test_sizing_from_a_measured_run(virtual: Path, tmp_path: Path, small_dir: Pa
     text = cli("plan", str(virtual / "config.yaml"), "--from-report", cfg.report_path, "--target-time", "60")
     assert text.returncode == 0 and "single-threaded workers to finish in 60 s" in text.stdout
     # Halving the time needs about twice the workers.
-    slow = json.loads(cli("plan", str(virtual / "config.yaml"), "--json", "--from-report", cfg.report_path,
-                          "--target-time", "360").stdout)["sizing"]  # fmt: skip
+    slow = json.loads(
+        cli(
+            "plan", str(virtual / "config.yaml"), "--json", "--from-report", cfg.report_path, "--target-time", "360"
+        ).stdout
+    )["sizing"]
     assert slow["workers_needed"] < sizing["workers_needed"]

@@ -54,8 +54,13 @@ def block_factor(cmap: CoordMap, src_shape: tuple[int, int]) -> tuple[int, int, 
     fx, fy = float(cmap.xe[1] - cmap.xe[0]), float(cmap.ye[1] - cmap.ye[0])
     x0, y0 = float(cmap.xe[0]), float(cmap.ye[0])
     f = round(fx)
-    if not (f >= 1 and abs(fx - f) < 1e-9 and abs(fy - f) < 1e-9 and abs(x0 - round(x0)) < 1e-9
-            and abs(y0 - round(y0)) < 1e-9):  # fmt: skip
+    if not (
+        f >= 1
+        and abs(fx - f) < 1e-9
+        and abs(fy - f) < 1e-9
+        and abs(x0 - round(x0)) < 1e-9
+        and abs(y0 - round(y0)) < 1e-9
+    ):
         return None
     x0i, y0i = round(x0), round(y0)
     if x0i < 0 or y0i < 0 or x0i + w * f > src_shape[1] or y0i + h * f > src_shape[0]:

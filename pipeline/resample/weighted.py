@@ -42,10 +42,13 @@ def _separable_mean(src: Any, nodata: float, y_taps: Taps, x_taps: Taps, xp: Any
     vf = None if all_valid else valid.astype(ft)
     # the x taps once: clipped columns, weights zeroed off the source
     x_cols = [xp.clip(x_taps[0] + k, 0, w_s - 1) for k in range(len(x_taps[1]))]
-    x_wts = [xp.where((x_taps[0] + k >= 0) & (x_taps[0] + k < w_s), wk, 0.0).astype(ft)[None, :]
-             for k, wk in enumerate(x_taps[1])]  # fmt: skip
-    y_wts = [xp.where((y_taps[0] + k >= 0) & (y_taps[0] + k < h_s), wk, 0.0).astype(ft)
-             for k, wk in enumerate(y_taps[1])]  # fmt: skip
+    x_wts = [
+        xp.where((x_taps[0] + k >= 0) & (x_taps[0] + k < w_s), wk, 0.0).astype(ft)[None, :]
+        for k, wk in enumerate(x_taps[1])
+    ]
+    y_wts = [
+        xp.where((y_taps[0] + k >= 0) & (y_taps[0] + k < h_s), wk, 0.0).astype(ft) for k, wk in enumerate(y_taps[1])
+    ]
     wx_sum = sum(x_wts[1:], x_wts[0].copy())
     out = xp.empty((h, w), dtype=src.dtype)
     for r0, r1 in _row_blocks(h, w, xp):
@@ -74,9 +77,17 @@ def _two_pass(a: Any, x_cols: list[Any], x_wts: list[Any], rows: list[Any], y_wt
     return acc
 
 
-def _gather_mean(data: Any, valid: Any, pad: int, y_taps: Taps, x_taps: Taps, ft: Any, xp: Any,
-                 spans: tuple[tuple[int, int], tuple[int, int]], overlaps: tuple[Any, Any] | None = None,
-                 ) -> tuple[Any, Any]:  # fmt: skip
+def _gather_mean(
+    data: Any,
+    valid: Any,
+    pad: int,
+    y_taps: Taps,
+    x_taps: Taps,
+    ft: Any,
+    xp: Any,
+    spans: tuple[tuple[int, int], tuple[int, int]],
+    overlaps: tuple[Any, Any] | None = None,
+) -> tuple[Any, Any]:
     """Σ w·v and Σ w·valid (in ``ft``) over per-pixel taps, gathered from ``data`` padded by ``pad`` zeros.
 
     ``valid``: the padded validity as a 2-D array, or as (rows, columns) 1-D profiles when it is
@@ -251,8 +262,9 @@ class _Weighted:
     prefilter, :class:`_LazyRows`) is always read through such bands, each made when it is framed.
     """
 
-    def __init__(self, data: Any, valid: Any, ft: Any, xp: Any, all_valid: bool = False,
-                 lazy: _LazyRows | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, data: Any, valid: Any, ft: Any, xp: Any, all_valid: bool = False, lazy: _LazyRows | None = None
+    ) -> None:
         self.data, self.valid, self.ft, self.xp = data, valid, ft, xp
         self.all_valid = all_valid
         """Every pixel is valid (``valid`` is profiles of ones)."""
@@ -296,8 +308,7 @@ class _Weighted:
                 band = self.band = _Band(r0, end, pad, *self._framed(r0, end, pad, reuse=True))
             r0, framed, vframed = band.r0, band.framed, band.vframed
         rows = (y_taps[0] - r0, y_taps[1]) if r0 else y_taps  # the same taps, counted from the first framed row
-        return _gather_mean(framed, vframed, pad, rows, x_taps, self.ft, xp, ((ylo - r0, yhi - r0), spans[1]),
-                            overlaps)  # fmt: skip
+        return _gather_mean(framed, vframed, pad, rows, x_taps, self.ft, xp, ((ylo - r0, yhi - r0), spans[1]), overlaps)
 
     def _framed(self, r0: int, r1: int, pad: int, reuse: bool) -> tuple[Any, Any]:
         """Rows ``r0 : r1`` of the pixels and of their validity in a frame of ``pad`` zeros; written into
@@ -343,8 +354,14 @@ BlockTaps = tuple[Taps, Taps, Footprints | None]
 """A row block's y taps, x taps and, for the average, its footprints (see :meth:`_Weighted.sums`)."""
 
 
-def _general_mean(src: Any, nodata: float, cmap: CoordMap, taps_for: Callable[[int, int], BlockTaps],
-                  inside_test: bool, convex: bool = False) -> Any:  # fmt: skip
+def _general_mean(
+    src: Any,
+    nodata: float,
+    cmap: CoordMap,
+    taps_for: Callable[[int, int], BlockTaps],
+    inside_test: bool,
+    convex: bool = False,
+) -> Any:
     """Weighted means over per-pixel taps from a line map, in row blocks; GDAL's renormalisation.
 
     Pixels are gathered in their own dtype (half the memory traffic of float32 for 16-bit data) and
