@@ -58,7 +58,7 @@ def test_set_overrides_parse_yaml_and_resolve_against_cwd(tmp_path: Path, monkey
         (lambda r: r["grid"].update(resolution=-5), "grid.resolution"),
         (lambda r: r["execution"].update(workers=0), "execution.workers"),
         (lambda r: r.update(resampling="lanczos9"), "resampling"),
-        (lambda r: r["output"].update(chunks={"y": 10, "z": 3}), "output.chunks"),
+        (lambda r: r["output"].update(chunks={"y": 10, "z": 3}), "output.chunks.z"),
         (lambda r: r["grid"].update(bounds=[10, 0, 0, 10]), "grid.bounds"),
         (lambda r: r["execution"].update(speed="fast"), "execution.speed"),
     ],
