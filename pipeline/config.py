@@ -20,7 +20,7 @@ import yaml
 from pipeline.errors import ConfigError
 
 if TYPE_CHECKING:
-    from pipeline.config_model import Config, ExecutionConfig, GridConfig, InputsConfig, OutputConfig, StorageConfig
+    from pipeline.config_model import Config
 
 # Keys whose values are paths (resolved against the config folder or the cwd).
 _PATH_KEYS = {"inputs.paths", "inputs.stac", "inputs.index", "output.path", "report.path"}

@@ -16,7 +16,7 @@ import hashlib
 import json
 import os
 import re
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, NotRequired, Required, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
     with_config,
 )
-from typing_extensions import NotRequired, Required, TypedDict, is_typeddict
+from typing_extensions import TypedDict, is_typeddict
 
 from pipeline.config import SCHEDULERS, is_url, validate_crs
 from pipeline.errors import ConfigError
@@ -58,8 +58,7 @@ def _integer(minimum: int | None) -> Any:
             raise ValueError(f"must be an integer{'' if minimum is None else f' >= {minimum}'}, got {value!r}")
         return value
 
-    schema: dict[str, Any] = {"type": "integer"} | ({} if minimum is None else {"minimum": minimum})
-    return Annotated[int, PlainValidator(check, json_schema_input_type=int), WithJsonSchema(schema)]
+    return check
 
 
 def _number(positive: bool) -> Any:
@@ -68,8 +67,7 @@ def _number(positive: bool) -> Any:
             raise ValueError(f"must be a {'positive ' if positive else ''}number, got {value!r}")
         return float(value)
 
-    schema: dict[str, Any] = {"type": "number"} | ({"exclusiveMinimum": 0} if positive else {})
-    return Annotated[float, PlainValidator(check, json_schema_input_type=float), WithJsonSchema(schema)]
+    return check
 
 
 def _flag(value: Any) -> bool:
@@ -78,11 +76,17 @@ def _flag(value: Any) -> bool:
     return value
 
 
-PosInt = _integer(1)
-NonNegInt = _integer(0)
-Integer = _integer(None)
-PosNumber = _number(True)
-Number = _number(False)
+# Numbers and flags as YAML gives them: no true for 1, no "3" for 3.
+PosInt = Annotated[int, PlainValidator(_integer(1), json_schema_input_type=int),
+                   WithJsonSchema({"type": "integer", "minimum": 1})]  # fmt: skip
+NonNegInt = Annotated[int, PlainValidator(_integer(0), json_schema_input_type=int),
+                      WithJsonSchema({"type": "integer", "minimum": 0})]  # fmt: skip
+Integer = Annotated[int, PlainValidator(_integer(None), json_schema_input_type=int),
+                    WithJsonSchema({"type": "integer"})]  # fmt: skip
+PosNumber = Annotated[float, PlainValidator(_number(True), json_schema_input_type=float),
+                      WithJsonSchema({"type": "number", "exclusiveMinimum": 0})]  # fmt: skip
+Number = Annotated[float, PlainValidator(_number(False), json_schema_input_type=float),
+                   WithJsonSchema({"type": "number"})]  # fmt: skip
 Flag = Annotated[bool, PlainValidator(_flag, json_schema_input_type=bool), WithJsonSchema({"type": "boolean"})]
 
 
@@ -200,8 +204,7 @@ class Section(BaseModel):
 
 
 class StorageConfig(Section):
-    """Object-store access, for inputs and output alike. Credentials never live here: they come from the usual
-    AWS chain (environment, profile, instance role)."""
+    """Object-store access, for inputs and output alike; credentials come from the usual AWS chain, never from here."""
 
     endpoint_url: Annotated[str | None, AfterValidator(_endpoint)] = Field(
         None, description="S3-compatible endpoint, e.g. http://127.0.0.1:9000 (MinIO, moto); null: AWS."
@@ -266,7 +269,9 @@ class InputsConfig(Section):
         if len(given) > 1:
             raise ConfigError(given[1], f"give one of inputs.paths, inputs.stac, inputs.stac_search, not {given}")
         if not given:
-            raise ConfigError("paths", "is required (a list of glob patterns), or give inputs.stac / inputs.stac_search")
+            raise ConfigError(
+                "paths", "is required (a list of glob patterns), or give inputs.stac / inputs.stac_search"
+            )
         if self.paths and "pattern" not in self.model_fields_set:
             raise ConfigError("pattern", "is required with inputs.paths: a regex with a named group (?P<band>...)")
         try:
@@ -287,7 +292,8 @@ class GridConfig(Section):
         description="Target CRS: an EPSG code ('EPSG:32632'), WKT or PROJ string."
     )
     resolution: Annotated[
-        tuple[float, float], BeforeValidator(_resolution, json_schema_input_type=PosNumber | tuple[PosNumber, PosNumber])
+        tuple[float, float],
+        BeforeValidator(_resolution, json_schema_input_type=PosNumber | tuple[PosNumber, PosNumber]),
     ] = Field(description="Pixel size in grid CRS units: one number, or [x, y].")
     bounds: Annotated[
         tuple[float, float, float, float] | None,
@@ -314,8 +320,12 @@ class OutputConfig(Section):
     """The Zarr v3 store."""
 
     path: PathStr = Field(description="Where to write the store: a local path or s3://bucket/prefix/cube.zarr.")
-    chunks: ChunksConfig = Field(default_factory=ChunksConfig, description="Spatial chunk shape; the time chunk is 1.")
-    compression: CompressionConfig = Field(default_factory=CompressionConfig, description="How chunks are encoded.")
+    chunks: ChunksConfig = Field(
+        default_factory=lambda: ChunksConfig(), description="Spatial chunk shape; the time chunk is 1."
+    )
+    compression: CompressionConfig = Field(
+        default_factory=lambda: CompressionConfig(), description="How chunks are encoded."
+    )
     shards: ShardsConfig | None = Field(
         None, description="Zarr v3 shards {y, x}, multiples of chunks: one object per shard; null: one per chunk."
     )
@@ -324,7 +334,8 @@ class OutputConfig(Section):
     @classmethod
     def _shards_default_to_chunks(cls, data: Any) -> Any:
         if isinstance(data, dict) and isinstance(data.get("shards"), dict):
-            chunks = data.get("chunks") if isinstance(data.get("chunks"), dict) else {}
+            given = data.get("chunks")
+            chunks: dict[str, Any] = given if isinstance(given, dict) else {}
             data = data | {"shards": {a: chunks.get(a, 1024) for a in ("y", "x")} | data["shards"]}
         return data
 
@@ -373,9 +384,9 @@ class ExecutionConfig(Section):
         "auto",
         description="auto | threads | local-cluster | the address of an existing Dask scheduler (tcp://host:8786).",
     )
-    workers: Annotated[PosInt | None, BeforeValidator(_auto_none, json_schema_input_type=Literal["auto"] | PosInt | None)] = (
-        Field(None, description="Local worker processes; auto (or null): one per core.")
-    )
+    workers: Annotated[
+        PosInt | None, BeforeValidator(_auto_none, json_schema_input_type=Literal["auto"] | PosInt | None)
+    ] = Field(None, description="Local worker processes; auto (or null): one per core.")
     threads_per_worker: PosInt = Field(1, description="Threads in each local worker.")
     device: Device = Field("auto", description="auto | cpu | gpu: where tasks resample.")
     partition_mb: PosNumber = Field(64.0, description="Target bytes of work per task, MB.")
@@ -409,7 +420,7 @@ class Config(Section):
         json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"},
     )
 
-    storage: StorageConfig = Field(default_factory=StorageConfig, description=StorageConfig.__doc__)
+    storage: StorageConfig = Field(default_factory=lambda: StorageConfig(), description=StorageConfig.__doc__)
     inputs: InputsConfig = Field(description=InputsConfig.__doc__)
     grid: GridConfig = Field(description=GridConfig.__doc__)
     resampling: Resampling = Field(
@@ -420,8 +431,8 @@ class Config(Section):
     )
     fuse: Fuse = Field("first", description="first | last | min | max | mean: overlapping tiles of one date.")
     output: OutputConfig = Field(description=OutputConfig.__doc__)
-    execution: ExecutionConfig = Field(default_factory=ExecutionConfig, description=ExecutionConfig.__doc__)
-    report: ReportConfig = Field(default_factory=ReportConfig, description="The run's JSON report.")
+    execution: ExecutionConfig = Field(default_factory=lambda: ExecutionConfig(), description=ExecutionConfig.__doc__)
+    report: ReportConfig = Field(default_factory=lambda: ReportConfig(), description="The run's JSON report.")
 
     _source: str | None = PrivateAttr(None)
 
@@ -612,4 +623,3 @@ def config_error(e: ValidationError) -> ConfigError:
         if len(problems) > 4:
             problem += f" (and {len(problems) - 4} more)"
     return ConfigError(key or "CONFIG", problem)
-
