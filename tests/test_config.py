@@ -429,3 +429,30 @@ def test_the_schema_describes_every_key_and_validates_the_shipped_configs() -> N
     for bad in (BASE | {"colour": 1}, BASE | {"output": {"path": "x", "chunks": {"y": 0}}}):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schema)
+
+
+def test_pipeline_config_prints_the_resolved_config_and_the_schema(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    import jsonschema
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pipeline", "config", *args], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=120)  # fmt: skip
+
+    p = _cfg(tmp_path, BASE)
+    r = cli(str(p), "--set", "execution.workers=3", "--set", "output.path=y.zarr")
+    assert r.returncode == 0, r.stderr
+    printed = yaml.safe_load(r.stdout)
+    assert printed["execution"]["workers"] == 3 and printed["output"]["chunks"] == {"y": 1024, "x": 1024}
+    assert printed["output"]["path"] == str(tmp_path / "y.zarr") and printed["report"]["path"].endswith("y.report.json")
+    monkeypatch.chdir(tmp_path)  # where the command ran: --set paths resolve there
+    assert load_config(p, ["execution.workers=3", "output.path=y.zarr"]).to_yaml() == r.stdout
+    schema = json.loads(cli("--schema").stdout)
+    jsonschema.validate(printed, schema)
+    bad = cli(str(p), "--set", "output.chunks.z=3")
+    assert bad.returncode == 2 and "config key 'output.chunks.z': unknown key (known here: y, x)" in bad.stderr
