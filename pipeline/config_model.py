@@ -468,9 +468,10 @@ class Config(Section):
         return data
 
     def with_source(self, source: str | None) -> Config:
-        """This config, remembering the file it came from (for messages and the report)."""
-        self._source = source
-        return self
+        """A copy of this config that remembers the file it came from (for messages and the report)."""
+        copy = self.model_copy()
+        copy._source = source
+        return copy
 
     @property
     def source(self) -> str | None:
