@@ -88,8 +88,6 @@ def run(config: str, sets: tuple[str, ...], workers: int | None, scheduler: str 
     from pipeline.workers import start_worker_server
 
     _setup_logging(verbose, quiet)
-    if resume and overwrite:
-        raise ConfigError("--resume/--overwrite", "choose one: --resume keeps the store, --overwrite replaces it")
     extra = {"execution.workers": workers, "execution.scheduler": scheduler, "execution.device": device}
     if report_path:
         extra["report.path"] = os.path.abspath(report_path)
@@ -99,7 +97,7 @@ def run(config: str, sets: tuple[str, ...], workers: int | None, scheduler: str 
     if not uses_scheduler(raw):
         start_worker_server()  # the local workers' imports, on another core, while this process imports and plans
     cfg = validate(raw, source=config)
-    from pipeline.execute import run as run_pipeline
+    from pipeline.api import run as run_pipeline
     from pipeline.report import format_report
 
     result = run_pipeline(cfg, overwrite=overwrite, resume=resume, progress=sys.stdout.isatty() and not quiet)
@@ -139,15 +137,11 @@ def _leave(code: int) -> None:
 def plan(config: str, sets: tuple[str, ...], as_json: bool, from_report: str | None, target_time: float,
          verbose: int) -> None:  # fmt: skip
     """Dry run: inputs, target grid, partitions, bytes, task count. Reads no pixels."""
-    from pipeline.execute import plan_run, summarise_plan
+    from pipeline.api import plan as plan_pipeline
 
     _setup_logging(verbose, False)
     cfg = _load(config, sets)
-    from pipeline.report import StageClock
-
-    clock = StageClock()
-    catalog, p = plan_run(cfg, clock)
-    summary = summarise_plan(cfg, catalog, p, clock)
+    summary = dict(plan_pipeline(cfg).summary)
     if from_report:
         from pipeline.report import read_report
         from pipeline.sizing import estimate_for_plan
@@ -198,6 +192,25 @@ def index(config: str, sets: tuple[str, ...], verbose: int) -> None:
     click.echo(f"{cfg.inputs.index}: {len(cat.tiles)} tiles ({cat.headers_read} headers read, "
                f"{len(cat.skipped)} skipped)")  # fmt: skip
     sys.exit(3 if cat.skipped else 0)
+
+
+@main.command("config")
+@click.argument("config", required=False, type=click.Path(dir_okay=False))
+@set_option
+@click.option("--schema", is_flag=True, help="Print the config's JSON Schema instead.")
+@_exits
+def config_cmd(config: str | None, sets: tuple[str, ...], schema: bool) -> None:
+    """Print CONFIG resolved (defaults filled in, paths absolute) as YAML, or the JSON Schema of every config."""
+    if schema:
+        if config or sets:
+            raise ConfigError("--schema", "takes no CONFIG or --set: the schema is the same for every config")
+        from pipeline.config_model import json_schema
+
+        click.echo(json.dumps(json_schema(), indent=2))
+        return
+    if not config:
+        raise ConfigError("CONFIG", "give a config file to resolve, or --schema")
+    click.echo(_load(config, sets).to_yaml(), nl=False)
 
 
 @main.command()

@@ -23,6 +23,10 @@ class ConfigError(PipelineError, ValueError):
         return type(self), (self.key, self.problem)
 
 
+class InputError(PipelineError, ValueError):
+    """The inputs cannot make a cube (none found, none usable, inconsistent); the message says which and why."""
+
+
 class TileReadError(PipelineError, OSError):
     """A tile could not be opened or read; the message names the file (and window)."""
 

@@ -42,8 +42,24 @@ logger = logging.getLogger(__name__)
 @dataclass
 class RunResult:
     report: dict[str, Any]
+    """The report (what ``report.path`` holds); :func:`pipeline.run` gives it attribute access too."""
     exit_code: int
     """0: every input used; 3: done, but some inputs were skipped."""
+    config: Config | None = None
+    """The run's config (where the store is, how to reach it)."""
+
+    @property
+    def skipped(self) -> list[dict[str, Any]]:
+        """Inputs that were not used: ``[{path, error}]``."""
+        return list(self.report["inputs"]["skipped"])
+
+    def open(self) -> Any:
+        """The written cube as a lazy ``xarray.Dataset``."""
+        from pipeline.api import open_cube
+
+        if self.config is None:
+            raise ValueError("this result has no config to find its store by")
+        return open_cube(self.config)
 
 
 def plan_run(config: Config, clock: StageClock | None = None) -> tuple[Any, Plan]:
@@ -187,7 +203,7 @@ def _decide_devices(client: Any, config: Config, todo: list[Any], ctx: TaskConte
     if with_gpu and requested != "cpu":
         from pipeline.device import DeviceProfile, calibrate_gpu
 
-        profile = load_profile(config.execution.gpu_profile)
+        profile = load_profile(dict(config.execution.gpu_profile or {}) or None)
         if profile is None:
             measured = client.run(calibrate_gpu, workers=[with_gpu[0]])[with_gpu[0]]
             profile = DeviceProfile(**{k: v for k, v in measured.items() if k in DeviceProfile.__dataclass_fields__})
@@ -215,20 +231,21 @@ def _progress_bar(total: int, shown: bool) -> Any:
 
 
 def _execute(
-    config: Config, todo: list[Any], ctx: TaskContext, progress: bool, crs: tuple[str, ...]
+    config: Config, todo: list[Any], ctx: TaskContext, progress: bool, crs: tuple[str, ...], given: Any = None
 ) -> tuple[list[dict[str, Any]], float, int, list[str]]:
     """Submit every partition, then collect results as they finish: (records, wall, threads, workers).
 
-    ``crs``: the tiles' CRSs, set up on every worker before the first task."""
+    ``crs``: the tiles' CRSs, set up on every worker before the first task. ``given``: the caller's
+    ``distributed.Client``, used as it is and left open."""
     from distributed import as_completed
 
     records: list[dict[str, Any]] = []
-    client, cluster = _start_client(config, len(todo))
+    client, cluster = (given, None) if given is not None else _start_client(config, len(todo))
     try:
         info = client.scheduler_info(n_workers=-1)["workers"]
         worker_names = [str(w.get("name", a)) for a, w in info.items()]
         threads = sum(int(w.get("nthreads", 1)) for w in info.values()) or 1
-        local = not config.execution.address
+        local = not config.execution.address and given is None
         client.run(warm_up, _worker_log_level() if local else None, ctx, crs, local)
         decisions = _decide_devices(client, config, todo, ctx)
         gpu_resources = any("GPU" in (w.get("resources") or {}) for w in info.values())
@@ -257,7 +274,8 @@ def _execute(
                 raise
         exec_wall = time.perf_counter() - t_exec
     finally:
-        client.close()
+        if given is None:
+            client.close()
         if cluster is not None:
             cluster.close()
     return records, exec_wall, threads, worker_names
@@ -266,6 +284,7 @@ def _execute(
 def run(
     config: Config,
     *,
+    client: Any = None,
     overwrite: bool = False,
     resume: bool = False,
     progress: bool = False,
@@ -273,13 +292,15 @@ def run(
 ) -> RunResult:
     """The batch run. Raises PipelineError subclasses; returns the report and exit code.
 
+    ``client``: an existing ``distributed.Client`` to run on (left open); None: as the config says.
     ``shuffle_seed`` submits the partitions in a shuffled order (the cube must not change).
     """
     clock = StageClock()
-    if not config.execution.address:
+    own_workers = not config.execution.address and client is None
+    if own_workers:
         start_worker_server()  # its imports overlap the planning below
     catalog, plan = plan_run(config, clock)
-    if config.execution.device == "gpu" and not config.execution.address:
+    if config.execution.device == "gpu" and own_workers:
         check_request("gpu", {"local": asdict(detect_gpu())})  # refuse before anything is written
     config_hash = config.output_hash()
     with clock.stage("write"):
@@ -309,7 +330,7 @@ def run(
     exec_wall, threads, worker_names = 0.0, 1, list[str]()
     if todo:
         crs = tuple(sorted(set(catalog.tiles["crs"])))
-        records, exec_wall, threads, worker_names = _execute(config, todo, ctx, progress, crs)
+        records, exec_wall, threads, worker_names = _execute(config, todo, ctx, progress, crs, client)
 
     with clock.stage("finalize"):
         store_bytes = finalize_store(config.output.path)
@@ -359,7 +380,7 @@ def run(
             "levels_used": plan.levels_used,
         },  # fmt: skip
         "execution": {
-            "scheduler": config.execution.address or "local",
+            "scheduler": config.execution.address or (client.scheduler.address if client is not None else "local"),
             "workers": len(worker_names),
             "threads": threads,
             "cores": os.cpu_count() or 1,
@@ -379,4 +400,4 @@ def run(
     report["stragglers"] = compute_stragglers(records)
     report["diagnostics"] = compute_diagnostics(report)
     write_report(report, config.report_path)
-    return RunResult(report=report, exit_code=3 if skipped else 0)
+    return RunResult(report=report, exit_code=3 if skipped else 0, config=config)

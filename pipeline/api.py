@@ -1,0 +1,119 @@
+"""The Python API: ``pipeline.plan(config)``, ``pipeline.run(config, client=None)``, ``RunResult.open()``.
+
+The CLI's ``plan`` and ``run`` commands go through these functions. Nothing here changes global state
+at import; a run sets up what it needs (GDAL options, a local cluster) for its own duration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import xarray
+
+    from pipeline.config_model import Config
+    from pipeline.execute import RunResult
+    from pipeline.grid import GridSpec
+    from pipeline.plan import Plan
+
+
+class Report(dict[str, Any]):
+    """A run's report: the JSON mapping the CLI formats, with attribute access to its keys
+    (``report.stages.read``, ``report.wall_s``); nested mappings come back as ``Report`` too."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            value = self[name]
+        except KeyError:
+            raise AttributeError(f"the report has no key {name!r} (keys: {', '.join(self)})") from None
+        return Report(value) if isinstance(value, dict) and not isinstance(value, Report) else value
+
+    def __dir__(self) -> list[str]:
+        return [*super().__dir__(), *self]
+
+
+@dataclass(frozen=True)
+class PlanSummary:
+    """What a run would do, read from the inputs' headers (or index) only: no pixel is read."""
+
+    grid: GridSpec
+    """The target grid (crs, transform, shape_yx, chunks_yx, bounds, res_xy)."""
+    bands: tuple[str, ...]
+    times: tuple[str, ...]
+    """ISO dates of the time axis."""
+    chunks: int
+    """Output chunks in the cube (bands x times x spatial chunks)."""
+    tasks: int
+    """Partitions: one Dask task each."""
+    bytes_read: int
+    """Bytes of source windows the tasks read."""
+    bytes_out: int
+    """Uncompressed bytes of the whole cube."""
+    skipped: tuple[dict[str, Any], ...]
+    """Inputs that could not be used: ``{path, error}``."""
+    summary: Report
+    """Everything ``pipeline plan --json`` prints (advice, partition sizes, timings)."""
+    plan: Plan
+    """The full plan (partitions, source windows)."""
+
+    @property
+    def bytes(self) -> dict[str, int]:
+        """``{"read": ..., "write": ...}``: source bytes read, raw cube bytes written."""
+        return {"read": self.bytes_read, "write": self.bytes_out}
+
+
+def plan(config: Config) -> PlanSummary:
+    """Index the inputs and plan the run: grid, chunks, tasks, bytes. Reads no pixels."""
+    from pipeline.execute import plan_run, summarise_plan
+    from pipeline.report import StageClock
+
+    clock = StageClock()
+    catalog, p = plan_run(config, clock)
+    summary = summarise_plan(config, catalog, p, clock)
+    return PlanSummary(
+        grid=p.grid,
+        bands=tuple(b.name for b in p.bands),
+        times=tuple(p.times),
+        chunks=p.n_chunks,
+        tasks=len(p.partitions),
+        bytes_read=p.bytes_read,
+        bytes_out=p.bytes_out,
+        skipped=tuple(catalog.skipped),
+        summary=Report(summary),
+        plan=p,
+    )
+
+
+def run(
+    config: Config, client: Any = None, overwrite: bool = False, resume: bool = False, *, progress: bool = False
+) -> RunResult:
+    """Run the pipeline: the store at ``config.output.path`` and the report at ``config.report_path``.
+
+    ``client``: an existing ``distributed.Client``; the run submits its tasks there and leaves the client
+    and its cluster open. None: the run starts (and closes) its own workers, as the config says.
+    ``overwrite`` replaces a store this pipeline wrote; ``resume`` finishes an interrupted one.
+    Raises :class:`~pipeline.errors.PipelineError` subclasses (``ConfigError`` names the key).
+    """
+    from pipeline.errors import ConfigError
+    from pipeline.execute import run as execute_run
+
+    if resume and overwrite:
+        raise ConfigError("--resume/--overwrite", "choose one: resume keeps the store, overwrite replaces it")
+    result = execute_run(config, client=client, overwrite=overwrite, resume=resume, progress=progress)
+    result.report = Report(result.report)
+    return result
+
+
+def storage_options(config: Config) -> dict[str, Any] | None:
+    """Options for opening ``config.output.path`` with xarray/zarr (``storage_options=``): None for a local
+    store. The object-store support fills this in for ``s3://`` outputs from ``config.storage``
+    (endpoint, region, anonymous, profile; credentials from the usual AWS chain, never from here)."""
+    return None
+
+
+def open_cube(config: Config) -> xarray.Dataset:
+    """The written cube as a lazy ``xarray.Dataset`` (one variable per band, dims time, y, x)."""
+    import xarray as xr
+
+    return xr.open_zarr(config.output.path, consolidated=True, storage_options=storage_options(config))

@@ -1,0 +1,626 @@
+"""The config model: one pydantic model holds every key, its default, its rules and its documentation.
+
+The field descriptions are the documentation: ``pipeline config --schema`` prints them as the JSON
+Schema. Every validation problem becomes a :class:`~pipeline.errors.ConfigError` naming the dotted
+key and what is allowed (:func:`config_error`). Path values resolve against the working directory
+unless absolute or a URL; :func:`pipeline.config.read_config` has already resolved a file's relative
+paths against the file's folder.
+
+This module imports pydantic, so :mod:`pipeline.config` imports it only when a config is validated
+(``pipeline run`` starts its workers' fork server before that).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from typing import Annotated, Any, Literal, NotRequired, Required, get_args, get_origin
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    PrivateAttr,
+    ValidationError,
+    WithJsonSchema,
+    field_serializer,
+    model_validator,
+    with_config,
+)
+from typing_extensions import TypedDict, is_typeddict
+
+from pipeline.config import SCHEDULERS, is_url, validate_crs
+from pipeline.errors import ConfigError
+
+Resampling = Literal["nearest", "bilinear", "cubic", "average", "mode", "min", "max", "median"]
+"""The kernels' methods (``pipeline.resample.kernels.KERNEL_METHODS``; a test keeps them equal)."""
+Fuse = Literal["first", "last", "min", "max", "mean"]
+Engine = Literal["auto", "kernels", "gdal"]
+Codec = Literal["zstd", "blosc", "gzip", "none"]
+Device = Literal["auto", "cpu", "gpu"]
+OnError = Literal["skip", "fail"]
+GroupBy = Literal["solar_day", "time", "none"]
+STAC_PATTERN = r"(?P<band>.+)"
+"""``inputs.pattern`` for STAC inputs, where the band is the asset's name."""
+
+
+# -- value types with the project's own messages -------------------------------------------------
+
+
+def _integer(minimum: int | None) -> Any:
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
+            raise ValueError(f"must be an integer{'' if minimum is None else f' >= {minimum}'}, got {value!r}")
+        return value
+
+    return check
+
+
+def _number(positive: bool) -> Any:
+    def check(value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (positive and not value > 0):
+            raise ValueError(f"must be a {'positive ' if positive else ''}number, got {value!r}")
+        return float(value)
+
+    return check
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"must be true or false, got {value!r}")
+    return value
+
+
+# Numbers and flags as YAML gives them: no true for 1, no "3" for 3.
+PosInt = Annotated[int, PlainValidator(_integer(1), json_schema_input_type=int),
+                   WithJsonSchema({"type": "integer", "minimum": 1})]  # fmt: skip
+NonNegInt = Annotated[int, PlainValidator(_integer(0), json_schema_input_type=int),
+                      WithJsonSchema({"type": "integer", "minimum": 0})]  # fmt: skip
+Integer = Annotated[int, PlainValidator(_integer(None), json_schema_input_type=int),
+                    WithJsonSchema({"type": "integer"})]  # fmt: skip
+PosNumber = Annotated[float, PlainValidator(_number(True), json_schema_input_type=float),
+                      WithJsonSchema({"type": "number", "exclusiveMinimum": 0})]  # fmt: skip
+Number = Annotated[float, PlainValidator(_number(False), json_schema_input_type=float),
+                   WithJsonSchema({"type": "number"})]  # fmt: skip
+Flag = Annotated[bool, PlainValidator(_flag, json_schema_input_type=bool), WithJsonSchema({"type": "boolean"})]
+
+
+def _resolve(value: str) -> str:
+    """A path against the working directory, unless absolute or a URL (``s3://``, ``https://``)."""
+    if not value:
+        raise ValueError("must not be empty")
+    return value if os.path.isabs(value) or is_url(value) else os.path.normpath(os.path.join(os.getcwd(), value))
+
+
+PathStr = Annotated[str, AfterValidator(_resolve)]
+"""A local path (relative: against the working directory) or a URL."""
+
+
+def _paths(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(p, str) and p for p in value):
+        raise ValueError(f"must be a non-empty list of glob patterns, got {value!r}")
+    return tuple(_resolve(p) for p in value)
+
+
+def _bands(value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if (not isinstance(value, (list, tuple)) or not value
+            or not all(isinstance(b, (str, int)) and not isinstance(b, bool) for b in value)):  # fmt: skip
+        raise ValueError(f"must be null or a non-empty list of band names, got {value!r}")
+    return tuple(str(b) for b in value)
+
+
+def _assets(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, list):
+        value = {str(a): str(a) for a in value}
+    if not isinstance(value, dict) or not value:
+        raise ValueError(f"must be null or a mapping {{band name: asset key}}, got {value!r}")
+    return {str(k): v for k, v in value.items()}
+
+
+def _gdal_env(value: Any) -> Any:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise ValueError(f"must be a mapping of GDAL config options, e.g. {{GDAL_HTTP_MAX_RETRY: 5}}, got {value!r}")
+    return {k: ("YES" if v is True else "NO" if v is False else str(v)) for k, v in value.items()}
+
+
+def _crs(value: Any) -> str:
+    try:
+        return validate_crs(value, "grid.crs")
+    except ConfigError as e:
+        raise ValueError(e.problem) from None
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _resolution(value: Any) -> tuple[float, float]:
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(_positive(v) for v in value):
+        return float(value[0]), float(value[1])
+    if _positive(value):
+        return float(value), float(value)
+    raise ValueError(f"must be a positive number, or [x, y] of two, got {value!r}")
+
+
+def _bounds(value: Any) -> tuple[float, float, float, float] | None:
+    if value is None:
+        return None
+    if (not isinstance(value, (list, tuple)) or len(value) != 4
+            or not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in value)):  # fmt: skip
+        raise ValueError(f"must be null or [xmin, ymin, xmax, ymax], got {value!r}")
+    if not (value[0] < value[2] and value[1] < value[3]):
+        raise ValueError(f"needs xmin < xmax and ymin < ymax, got {list(value)}")
+    return float(value[0]), float(value[1]), float(value[2]), float(value[3])
+
+
+def _auto_none(value: Any) -> Any:
+    return None if value == "auto" else value
+
+
+def _scheduler(value: str) -> str:
+    if value not in SCHEDULERS and "://" not in value:
+        raise ValueError(f"must be auto | threads | local-cluster or an address like tcp://host:8786, got {value!r}")
+    return value
+
+
+def _endpoint(value: str | None) -> str | None:
+    if value is not None and not value.startswith(("http://", "https://")):
+        raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+    return value
+
+
+# -- the sections ---------------------------------------------------------------------------------
+
+
+class Section(BaseModel):
+    """Frozen, unknown keys rejected; a key given as null takes its default (a required one stays missing)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nulls_are_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            fields = cls.model_fields
+            return {k: v for k, v in data.items() if not (v is None and k in fields and fields[k].default is not None)}
+        return data
+
+
+class StorageConfig(Section):
+    """Object-store access, for inputs and output alike; credentials come from the usual AWS chain, never from here."""
+
+    endpoint_url: Annotated[str | None, AfterValidator(_endpoint)] = Field(
+        None, description="S3-compatible endpoint, e.g. http://127.0.0.1:9000 (MinIO, moto); null: AWS."
+    )
+    region: str | None = Field(None, description="The bucket's region; null: from the AWS configuration.")
+    anonymous: Flag = Field(False, description="Unsigned requests (public buckets).")
+    profile: str | None = Field(None, description="A named AWS profile; null: the usual AWS credential chain.")
+
+
+@with_config(ConfigDict(extra="forbid"))
+class StacSearch(TypedDict, total=False):
+    """A STAC API search (pystac-client's ``search`` arguments)."""
+
+    url: Required[Annotated[str, Field(description="The STAC API's root URL.")]]
+    collections: Annotated[Any, Field(description="Collection id(s) to search.")]
+    bbox: Annotated[Any, Field(description="[xmin, ymin, xmax, ymax] in longitude/latitude.")]
+    datetime: Annotated[Any, Field(description="A datetime or interval, e.g. '2024-06-01/2024-06-30'.")]
+    query: Annotated[Any, Field(description="STAC API query extension: {property: {op: value}}.")]
+    ids: Annotated[Any, Field(description="Item ids to fetch.")]
+    max_items: Annotated[Any, Field(description="Stop after this many items.")]
+
+
+class InputsConfig(Section):
+    """Where the tiles are and how their paths name band and date."""
+
+    paths: Annotated[tuple[str, ...], BeforeValidator(_paths, json_schema_input_type=list[str] | str | None)] = Field(
+        (),
+        description="Glob patterns: local paths, s3://bucket/prefix/**/*.tif or https:// URLs; ** recurses. "
+        "Give one of paths, stac, stac_search.",
+    )
+    stac: PathStr | None = Field(
+        None, description="Instead of paths: a STAC ItemCollection (.json), catalog.json or stac-geoparquet file."
+    )
+    stac_search: StacSearch | None = Field(
+        None, description="Instead of paths: a STAC API search {url, collections, bbox, datetime, query}."
+    )
+    assets: Annotated[
+        dict[str, str] | None, BeforeValidator(_assets, json_schema_input_type=dict[str, str] | list[str] | None)
+    ] = Field(None, description="STAC: {band name: asset key}; null: every raster asset, named by its key.")
+    groupby: GroupBy = Field("solar_day", description="STAC: how items become time steps: solar_day | time | none.")
+    gdal_env: Annotated[dict[str, str], BeforeValidator(_gdal_env, json_schema_input_type=dict[str, Any] | None)] = (
+        Field(default_factory=dict, description="Extra GDAL config options for reads (override the cloud defaults).")
+    )
+    pattern: str = Field(
+        STAC_PATTERN,
+        description="Regex searched in each path (/ separators) with named groups band (required), date and tile. "
+        "Required with paths; for STAC inputs the band is the asset's name.",
+    )
+    date_format: str = Field("%Y-%m-%d", description="strptime format of the pattern's date group.")
+    bands: Annotated[tuple[str, ...] | None, BeforeValidator(_bands, json_schema_input_type=list[str] | None)] = Field(
+        None, description="Only these bands are read, in this order; null: every band found."
+    )
+    nodata: Number | None = Field(None, description="Nodata used where a file declares none.")
+    index: PathStr | None = Field(None, description="A Parquet tile index to build and reuse.")
+    trust_index: Flag = Field(
+        False, description="Use the index as the input list: no glob, no stat, no file opened (planning at scale)."
+    )
+
+    @model_validator(mode="after")
+    def _rules(self) -> InputsConfig:
+        given = [k for k in ("paths", "stac", "stac_search") if getattr(self, k)]
+        if len(given) > 1:
+            raise ConfigError(given[1], f"give one of inputs.paths, inputs.stac, inputs.stac_search, not {given}")
+        if not given:
+            raise ConfigError(
+                "paths", "is required (a list of glob patterns), or give inputs.stac / inputs.stac_search"
+            )
+        if self.paths and "pattern" not in self.model_fields_set:
+            raise ConfigError("pattern", "is required with inputs.paths: a regex with a named group (?P<band>...)")
+        try:
+            rx = re.compile(self.pattern)
+        except re.error as e:
+            raise ConfigError("pattern", f"is not a valid regex: {e}") from None
+        if "band" not in rx.groupindex:
+            raise ConfigError("pattern", "needs a named group (?P<band>...) that captures the band name")
+        if self.trust_index and self.index is None:
+            raise ConfigError("trust_index", "needs inputs.index: the Parquet index to trust")
+        return self
+
+
+class GridConfig(Section):
+    """The target grid."""
+
+    crs: Annotated[str, BeforeValidator(_crs, json_schema_input_type=str | int)] = Field(
+        description="Target CRS: an EPSG code ('EPSG:32632'), WKT or PROJ string."
+    )
+    resolution: Annotated[
+        tuple[float, float],
+        BeforeValidator(_resolution, json_schema_input_type=PosNumber | tuple[PosNumber, PosNumber]),
+    ] = Field(description="Pixel size in grid CRS units: one number, or [x, y].")
+    bounds: Annotated[
+        tuple[float, float, float, float] | None,
+        BeforeValidator(_bounds, json_schema_input_type=tuple[float, float, float, float] | None),
+    ] = Field(None, description="[xmin, ymin, xmax, ymax] in the grid CRS; null: the inputs' union, snapped.")
+
+
+class ChunksConfig(Section):
+    y: PosInt = Field(1024, description="Rows per chunk.")
+    x: PosInt = Field(1024, description="Columns per chunk.")
+
+
+class ShardsConfig(Section):
+    y: PosInt = Field(description="Rows per shard (a multiple of output.chunks.y; default: that).")
+    x: PosInt = Field(description="Columns per shard (a multiple of output.chunks.x; default: that).")
+
+
+class CompressionConfig(Section):
+    codec: Codec = Field("zstd", description="zstd | blosc | gzip | none.")
+    level: Integer = Field(3, description="The codec's compression level.")
+
+
+class OutputConfig(Section):
+    """The Zarr v3 store."""
+
+    path: PathStr = Field(description="Where to write the store: a local path or s3://bucket/prefix/cube.zarr.")
+    chunks: ChunksConfig = Field(
+        default_factory=lambda: ChunksConfig(), description="Spatial chunk shape; the time chunk is 1."
+    )
+    compression: CompressionConfig = Field(
+        default_factory=lambda: CompressionConfig(), description="How chunks are encoded."
+    )
+    shards: ShardsConfig | None = Field(
+        None, description="Zarr v3 shards {y, x}, multiples of chunks: one object per shard; null: one per chunk."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shards_default_to_chunks(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("shards"), dict):
+            given = data.get("chunks")
+            chunks: dict[str, Any] = given if isinstance(given, dict) else {}
+            data = data | {"shards": {a: chunks.get(a, 1024) for a in ("y", "x")} | data["shards"]}
+        return data
+
+    @model_validator(mode="after")
+    def _shards_are_multiples(self) -> OutputConfig:
+        if self.shards is not None:
+            for axis in ("y", "x"):
+                s, c = getattr(self.shards, axis), getattr(self.chunks, axis)
+                if s % c:
+                    raise ConfigError(f"shards.{axis}", f"must be a multiple of output.chunks.{axis} ({c}), got {s}")
+        return self
+
+    @property
+    def chunks_yx(self) -> tuple[int, int]:
+        return self.chunks.y, self.chunks.x
+
+    @property
+    def shards_yx(self) -> tuple[int, int] | None:
+        """Zarr v3 shard shape (multiples of ``chunks_yx``); None: one object per chunk."""
+        return None if self.shards is None else (self.shards.y, self.shards.x)
+
+    @property
+    def codec(self) -> str:
+        return self.compression.codec
+
+    @property
+    def level(self) -> int:
+        return self.compression.level
+
+
+@with_config(ConfigDict(extra="forbid"))
+class GpuProfile(TypedDict):
+    """A measured GPU profile (what ``pipeline doctor`` calibrates)."""
+
+    h2d_gb_s: Annotated[PosNumber, Field(description="Host to device copy, GB/s.")]
+    d2h_gb_s: Annotated[PosNumber, Field(description="Device to host copy, GB/s.")]
+    gpu_mpx_s: Annotated[dict[Resampling, PosNumber], Field(description="GPU kernel rate per method, Mpx/s.")]
+    cpu_mpx_s: NotRequired[Annotated[dict[Resampling, PosNumber], Field(description="CPU rate per method, Mpx/s.")]]
+    launch_s: NotRequired[Annotated[Number, Field(description="Fixed cost of one GPU task, seconds.")]]
+
+
+class ExecutionConfig(Section):
+    """How the run is executed; none of it changes the cube."""
+
+    scheduler: Annotated[str, AfterValidator(_scheduler)] = Field(
+        "auto",
+        description="auto | threads | local-cluster | the address of an existing Dask scheduler (tcp://host:8786).",
+    )
+    workers: Annotated[
+        PosInt | None, BeforeValidator(_auto_none, json_schema_input_type=Literal["auto"] | PosInt | None)
+    ] = Field(None, description="Local worker processes; auto (or null): one per core.")
+    threads_per_worker: PosInt = Field(1, description="Threads in each local worker.")
+    device: Device = Field("auto", description="auto | cpu | gpu: where tasks resample.")
+    partition_mb: PosNumber = Field(64.0, description="Target bytes of work per task, MB.")
+    retries: NonNegInt = Field(2, description="Retries of a failed task.")
+    on_error: OnError = Field("skip", description="A tile that cannot be read: skip it (and list it) or fail the run.")
+    gpu_profile: GpuProfile | None = Field(
+        None, description="Override of the measured GPU profile {h2d_gb_s, d2h_gb_s, gpu_mpx_s: {method: Mpx/s}}."
+    )
+
+    @field_serializer("workers")
+    def _workers_auto(self, value: int | None) -> int | str:
+        return "auto" if value is None else value
+
+    @property
+    def address(self) -> str | None:
+        """The existing Dask scheduler's address, or None when the run makes its own workers."""
+        return None if self.scheduler in SCHEDULERS else self.scheduler
+
+
+class ReportConfig(Section):
+    path: PathStr | None = Field(None, description="The report JSON; null: <output.path minus .zarr>.report.json.")
+
+
+class Config(Section):
+    """A pipeline run: inputs, target grid, resampling, output store, execution, report."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        title="pipeline config",
+        json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"},
+    )
+
+    storage: StorageConfig = Field(default_factory=lambda: StorageConfig(), description=StorageConfig.__doc__)
+    inputs: InputsConfig = Field(description=InputsConfig.__doc__)
+    grid: GridConfig = Field(description=GridConfig.__doc__)
+    resampling: Resampling = Field(
+        "average", description="nearest | bilinear | cubic | average | mode | min | max | median."
+    )
+    resampling_engine: Engine = Field(
+        "auto", description="auto / kernels: the project's array kernels; gdal: GDAL's warper, for comparison."
+    )
+    fuse: Fuse = Field("first", description="first | last | min | max | mean: overlapping tiles of one date.")
+    output: OutputConfig = Field(description=OutputConfig.__doc__)
+    execution: ExecutionConfig = Field(default_factory=lambda: ExecutionConfig(), description=ExecutionConfig.__doc__)
+    report: ReportConfig = Field(default_factory=lambda: ReportConfig(), description="The run's JSON report.")
+
+    _source: str | None = PrivateAttr(None)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as e:
+            raise config_error(e) from e
+
+    @classmethod
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Config:  # type: ignore[override]
+        try:
+            return super().model_validate(obj, *args, **kwargs)
+        except ValidationError as e:
+            raise config_error(e) from e
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = ()) -> Config:
+        """Read a YAML config (its relative paths against its folder), apply ``KEY=VALUE`` overrides, validate."""
+        from pipeline.config import read_config
+
+        return cls.model_validate(read_config(path, overrides)).with_source(str(path))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _report_next_to_output(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            out, rep = data.get("output"), data.get("report")
+            path = out.get("path") if isinstance(out, dict) else None
+            if isinstance(path, str) and path and (rep is None or (isinstance(rep, dict) and rep.get("path") is None)):
+                stem = path[:-5] if path.endswith(".zarr") else path
+                data = data | {"report": (rep or {}) | {"path": stem + ".report.json"}}
+        return data
+
+    def with_source(self, source: str | None) -> Config:
+        """A copy of this config that remembers the file it came from (for messages and the report)."""
+        copy = self.model_copy()
+        copy._source = source
+        return copy
+
+    @property
+    def source(self) -> str | None:
+        """The config file this came from, or None."""
+        return self._source
+
+    @property
+    def report_path(self) -> str:
+        assert self.report.path is not None  # filled in from output.path by validation
+        return self.report.path
+
+    def output_settings(self) -> dict[str, Any]:
+        """Every setting that changes the cube's bytes (not how it is computed), flat and dotted. Its keys and
+        values are what stores record: a resumed run compares them (and :meth:`output_hash`)."""
+        i, g, o = self.inputs, self.grid, self.output
+        flat: dict[str, Any] = {
+            "inputs.paths": list(i.paths),
+            "inputs.pattern": i.pattern,
+            "inputs.date_format": i.date_format,
+            "inputs.bands": None if i.bands is None else list(i.bands),
+            "inputs.nodata": i.nodata,
+            "inputs.trust_index": i.trust_index,
+            "inputs.stac": i.stac,
+            "inputs.stac_search": None if i.stac_search is None else dict(i.stac_search),
+            "inputs.assets": i.assets,
+            "inputs.groupby": i.groupby,
+            "inputs.gdal_env": i.gdal_env,
+            "grid.crs": g.crs,
+            "grid.resolution": list(g.resolution),
+            "grid.bounds": None if g.bounds is None else list(g.bounds),
+            "output.chunks_yx": list(o.chunks_yx),
+            "output.codec": o.codec,
+            "output.level": o.level,
+            "output.shards_yx": None if o.shards_yx is None else list(o.shards_yx),
+            "resampling": self.resampling,
+            "resampling_engine": self.resampling_engine,
+            "fuse": self.fuse,
+        }
+        return json.loads(json.dumps(flat, sort_keys=True, default=str))
+
+    def output_hash(self) -> str:
+        """Hash of :meth:`output_settings`."""
+        blob = json.dumps(self.output_settings(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def to_yaml(self) -> str:
+        """The resolved config as YAML (every key, defaults filled in); it validates to the same config."""
+        import yaml
+
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def json_schema() -> dict[str, Any]:
+    """The config's JSON Schema (draft 2020-12), every key described."""
+    return Config.model_json_schema()
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+def _unwrap(tp: Any) -> Any:
+    """The model or TypedDict behind Annotated / Optional / Required wrappers, else the type itself."""
+    while True:
+        origin = get_origin(tp)
+        if origin in (Annotated, Required, NotRequired):
+            tp = get_args(tp)[0]
+            continue
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if origin is not None and len(args) == 1 and type(None) in get_args(tp):
+            tp = args[0]
+            continue
+        return tp
+
+
+def _children(tp: Any) -> dict[str, Any]:
+    """Key -> (annotation, description or None) of a model or TypedDict; {} for anything else."""
+    tp = _unwrap(tp)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return {k: (f.annotation, f.description) for k, f in tp.model_fields.items()}
+    if is_typeddict(tp):
+        from typing import get_type_hints
+
+        hints = get_type_hints(tp, include_extras=True)
+        return {k: (h, next((m.description for m in get_args(_strip_required(h))[1:] if hasattr(m, "description")),
+                             None)) for k, h in hints.items()}  # fmt: skip
+    return {}
+
+
+def _strip_required(tp: Any) -> Any:
+    while get_origin(tp) in (Required, NotRequired):
+        tp = get_args(tp)[0]
+    return tp
+
+
+def _at(loc: tuple[str, ...]) -> dict[str, Any]:
+    """The keys known at ``loc`` (a path of field names from the top)."""
+    node: Any = Config
+    for part in loc:
+        child = _children(node).get(part)
+        if child is None:
+            return {}
+        node = child[0]
+    return _children(node)
+
+
+def _got(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _problem(err: Any) -> tuple[str, str]:
+    """(dotted key, what is wrong and what is allowed) of one pydantic error."""
+    names = tuple(str(p) for p in err["loc"] if p != "[key]" and not isinstance(p, int))
+    key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"] if p != "[key]").lstrip(".")
+    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
+    error = ctx.get("error")
+    if isinstance(error, ConfigError):
+        return ".".join(p for p in (key, error.key) if p), error.problem
+    if isinstance(error, Exception):
+        return key, str(error)
+    if kind == "extra_forbidden":
+        known = ", ".join(_at(names[:-1]))
+        return key, f"unknown key (known here: {known})"
+    if kind == "missing":
+        desc = _at(names[:-1]).get(names[-1], (None, None))[1] if names else None
+        return key, "is required" + (f": {desc}" if desc else "")
+    if kind == "literal_error":
+        choices = re.findall(r"'((?:[^'\\]|\\.)*)'", str(ctx.get("expected", "")))
+        return key, f"must be one of {' | '.join(choices)}, got {_got(value)}"
+    simple = {
+        "model_type": "must be a mapping",
+        "model_attributes_type": "must be a mapping",
+        "dict_type": "must be a mapping",
+        "string_type": "must be a string",
+        "list_type": "must be a list",
+        "tuple_type": "must be a list",
+    }
+    if kind in simple:
+        return key, f"{simple[kind]}, got {_got(value)}"
+    msg = str(err.get("msg", kind))
+    return key, f"{msg[:1].lower()}{msg[1:]}, got {_got(value)}"
+
+
+def config_error(e: ValidationError) -> ConfigError:
+    """One ConfigError for a ValidationError: its first problem's dotted key; the others follow in the message."""
+    problems = [_problem(err) for err in e.errors()]
+    key, problem = problems[0]
+    if len(problems) > 1:
+        problem += "; also " + "; ".join(f"'{k}': {p}" for k, p in problems[1:4])
+        if len(problems) > 4:
+            problem += f" (and {len(problems) - 4} more)"
+    return ConfigError(key or "CONFIG", problem)
