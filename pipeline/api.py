@@ -63,11 +63,20 @@ class PlanSummary:
         return {"read": self.bytes_read, "write": self.bytes_out}
 
 
+def _check(config: Any, fn: str) -> None:
+    from pipeline.config_model import Config
+
+    if not isinstance(config, Config):
+        raise TypeError(f"pipeline.{fn} takes a pipeline.Config (pipeline.Config.from_yaml(path) reads a file, "
+                        f"pipeline.Config(**mapping) takes a mapping), got {type(config).__name__}")  # fmt: skip
+
+
 def plan(config: Config) -> PlanSummary:
     """Index the inputs and plan the run: grid, chunks, tasks, bytes. Reads no pixels."""
     from pipeline.execute import plan_run, summarise_plan
     from pipeline.report import StageClock
 
+    _check(config, "plan")
     clock = StageClock()
     catalog, p = plan_run(config, clock)
     summary = summarise_plan(config, catalog, p, clock)
@@ -98,6 +107,7 @@ def run(
     from pipeline.errors import ConfigError
     from pipeline.execute import run as execute_run
 
+    _check(config, "run")
     if resume and overwrite:
         raise ConfigError("--resume/--overwrite", "choose one: resume keeps the store, overwrite replaces it")
     result = execute_run(config, client=client, overwrite=overwrite, resume=resume, progress=progress)

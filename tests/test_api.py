@@ -124,6 +124,8 @@ def test_run_refuses_resume_with_overwrite(tmp_path: Path, small_dir: Path) -> N
     with pytest.raises(ConfigError, match="--resume/--overwrite"):
         pipeline.run(cfg, overwrite=True, resume=True)
     assert not (tmp_path / "x.zarr").exists()
+    with pytest.raises(TypeError, match=r"takes a pipeline.Config \(pipeline.Config.from_yaml"):
+        pipeline.run(str(ROOT / "configs" / "small.yaml"))  # type: ignore[arg-type]
 
 
 def test_the_quicklook_example_runs(tmp_path: Path) -> None:
