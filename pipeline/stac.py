@@ -616,8 +616,8 @@ def write_item_collection(items: list[dict[str, Any]], path: str) -> str:
 
 
 def write_geoparquet(items: list[dict[str, Any]], path: str) -> str:
-    """A stac-geoparquet file (the stac-geoparquet package's Arrow layout)."""
-    from stac_geoparquet.arrow import parse_stac_items_to_arrow, to_parquet
+    """A stac-geoparquet file, written by rustac (the ``dev`` extra)."""
+    import rustac
 
-    to_parquet(parse_stac_items_to_arrow(items), path)
+    rustac.write_sync(path, items)
     return path
