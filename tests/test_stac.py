@@ -110,8 +110,8 @@ def stac_api(stac_dir: Path) -> Iterator[str]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     # The DuckDB backend (rustac's default for one .parquet) does not answer offline; memory does.
-    proc = subprocess.Popen([exe, "serve", str(stac_dir / "absolute.parquet"), "--use-duckdb", "false",
-                             "--addr", f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    cmd = [exe, "serve", str(stac_dir / "absolute.parquet"), "--use-duckdb", "false", "--addr", f"127.0.0.1:{port}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
         while True:
