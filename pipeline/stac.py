@@ -235,13 +235,23 @@ def read_geoparquet_table(source: str, storage: Any = None) -> Any:
 
 
 def _f8(arr: Any) -> np.ndarray:
-    """An Arrow array as float64 NumPy, NaN where null (no pandas: see catalog._numpy_column)."""
+    """An Arrow array as float64 NumPy, NaN where null; from the buffers, not through ``fill_null`` or
+    ``to_numpy``, which import pandas (~1 s)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    arr = pc.fill_null(pc.cast(arr, pa.float64()), float("nan"))
+    arr = pc.cast(arr, pa.float64())
     arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
-    return np.frombuffer(arr.buffers()[1], dtype="f8", count=arr.offset + len(arr))[arr.offset :].copy()
+    return _values(arr, "f8", np.nan)
+
+
+def _values(arr: Any, dtype: str, null: Any) -> np.ndarray:
+    """A primitive Arrow array's values as NumPy ``dtype`` (a copy), ``null`` where null."""
+    out = np.frombuffer(arr.buffers()[1], dtype=dtype, count=arr.offset + len(arr))[arr.offset :].copy()
+    if arr.null_count:
+        bits = np.unpackbits(np.frombuffer(arr.buffers()[0], dtype=np.uint8), bitorder="little")
+        out[~bits[arr.offset : arr.offset + len(arr)].astype(bool)] = null
+    return out
 
 
 def _strings(arr: Any) -> np.ndarray:
@@ -298,9 +308,8 @@ def asset_rows_from_arrow(
     if time_col is None:
         raise ConfigError("inputs.stac", f"{base} has neither a datetime nor a start_datetime column")
     ns = pc.cast(pc.cast(time_col, pa.timestamp("ns", tz=getattr(time_col.type, "tz", None))), pa.int64())
-    raw = pc.fill_null(ns, 0).combine_chunks()
-    times = np.frombuffer(raw.buffers()[1], dtype=np.int64, count=raw.offset + n)[raw.offset :].view("datetime64[ns]")
-    times = np.where(_f8(pc.is_null(ns)).astype(bool), np.datetime64("NaT"), times)
+    ns = ns.combine_chunks() if isinstance(ns, pa.ChunkedArray) else ns
+    times = _values(ns, "i8", np.iinfo(np.int64).min).view("datetime64[ns]")
     lon = np.full(n, np.nan)
     if "bbox" in cols:
         bbox = table.column("bbox").combine_chunks()
@@ -315,7 +324,7 @@ def asset_rows_from_arrow(
         wanted = {}
         for key in sorted(keys):
             sub = pc.struct_field(structs, [key])
-            first = next((v for v in sub.to_pylist()[:1000] if v is not None), None)
+            first = next((v for v in sub.slice(0, 1000).to_pylist() if v is not None), None)
             if first is not None and is_raster_asset({k: v for k, v in first.items() if v is not None}):
                 wanted[key] = key
     else:
