@@ -98,23 +98,34 @@ t0 = time.perf_counter()
 import odc.stac, pystac, rustac
 items = [pystac.Item.from_dict(d) for d in rustac.read_sync(sys.argv[1])["features"]]
 t1 = time.perf_counter()
+print(json.dumps({"read_items_s": t1 - t0}), flush=True)
 ds = odc.stac.load(items, bands=sys.argv[2].split(","), crs=sys.argv[3], resolution=float(sys.argv[4]),
                    chunks={"x": int(sys.argv[5]), "y": int(sys.argv[5])}, groupby="solar_day")
 t2 = time.perf_counter()
-print(json.dumps({"read_items_s": t1 - t0, "load_s": t2 - t1, "dims": dict(ds.sizes)}))
+print(json.dumps({"load_s": t2 - t1, "dims": dict(ds.sizes)}))
 """
 
 
 def timed(cmd: list[str], timeout: float | None = None) -> tuple[float, float, str, int]:
-    """Wall seconds, peak RSS in MiB (GNU time's maximum resident set size), stdout, exit code."""
+    """Wall seconds, peak RSS in MiB (GNU time's maximum resident set size; NaN if killed), stdout (what
+    it printed before a timeout, too), exit code (124: timed out)."""
     t = time.perf_counter()
     try:
         r = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return time.perf_counter() - t, float("nan"), "", 124
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
+        return time.perf_counter() - t, float("nan"), out, 124
     wall = time.perf_counter() - t
     rss = next(int(line.split(":")[1]) for line in r.stderr.splitlines() if "Maximum resident set size" in line)
     return wall, rss / 1024, r.stdout, r.returncode
+
+
+def _json_lines(text: str) -> dict:
+    out: dict = {}
+    for line in text.splitlines():
+        if line.startswith("{"):
+            out.update(json.loads(line))
+    return out
 
 
 def main() -> None:
@@ -143,16 +154,18 @@ def main() -> None:
         row = {"items": count, "assets": plan["inputs"]["files"], "parquet_mb": os.path.getsize(parquet) / 1e6,
                "make_s": make_s, "pipeline_plan_process_s": wall, "pipeline_plan_peak_mib": rss,
                "pipeline_driver_s": plan["driver_s"], "pipeline_timings_s": plan["timings_s"],
-               "headers_read": plan["inputs"]["headers_read"], "tasks": plan["tasks"], "windows": plan["windows"]}  # fmt: skip
+               "headers_read": plan["inputs"]["headers_read"], "tasks": plan["tasks"],
+               "windows": plan["windows"]}  # fmt: skip
         timeout = float(os.environ.get("STAC_ODC_TIMEOUT", "600"))
         wall, rss, out, rc = timed([sys.executable, "-c", ODC, parquet, ",".join(BANDS), GRID["crs"],
                                     str(GRID["resolution"]), str(CHUNKS)], timeout)  # fmt: skip
         row.update({"odc_stac_process_s": wall, "odc_stac_peak_mib": rss, "odc_stac_rc": rc,
-                    **({f"odc_stac_{k}": v for k, v in json.loads(out).items()} if rc == 0 else {})})  # fmt: skip
+                    **{f"odc_stac_{k}": v for k, v in _json_lines(out).items()}})  # fmt: skip
     print(json.dumps(row, indent=1))
     print(f"\n{count} items ({row['assets']} assets), stac-geoparquet {row['parquet_mb']:.0f} MB")
     print(f"  pipeline plan: {row['pipeline_plan_process_s']:6.1f} s  {row['pipeline_plan_peak_mib']:6.0f} MiB peak")
     print(f"  odc-stac load: {row['odc_stac_process_s']:6.1f} s  {row['odc_stac_peak_mib']:6.0f} MiB peak"
+          f"  (items read in {row.get('odc_stac_read_items_s', float('nan')):.1f} s)"
           + ("" if rc == 0 else f"  (did not finish: exit {rc})"))  # fmt: skip
     save_json("stac_scale", row)
 

@@ -348,7 +348,8 @@ def _finish_table(tiles: TileTable, config: Config, skipped: list[dict[str, str]
                     "path": tiles["path"][i],
                     "error": f"dtype {dtypes[i]} differs from band's other files ({major})",
                 })  # fmt: skip
-    tiles = tiles.rows(keep)
+    if not keep.all():
+        tiles = tiles.rows(keep)
     if not len(tiles):
         raise ConfigError("inputs.paths", "no usable input file remains (see the skipped list)")
     file_nodata = tiles["file_nodata"]

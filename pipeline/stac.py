@@ -214,9 +214,30 @@ def search_item_dicts(search: dict[str, Any]) -> list[dict[str, Any]]:
         raise ConfigError("inputs.stac_search", f"the search at {search['url']} failed: {type(e).__name__}: {e}") from e
 
 
-def read_geoparquet_table(source: str, storage: Any = None) -> Any:
-    """The stac-geoparquet file as an Arrow table (local, or ``s3://`` through pyarrow's S3 client)."""
+_ITEM_FIELDS = ("proj:code", "proj:epsg", "proj:transform", "proj:shape", "raster:bands")
+_ASSET_FIELDS = ("href", "type", "roles", *_ITEM_FIELDS, "file:size")
+
+
+def read_geoparquet_table(source: str, storage: Any = None, assets: dict[str, str] | None = None) -> Any:
+    """The columns of a stac-geoparquet file that planning uses (of the wanted assets only), as an Arrow
+    table; local, or ``s3://`` through pyarrow's S3 client."""
     import pyarrow.parquet as pq
+
+    def read(f: Any) -> Any:
+        pf = pq.ParquetFile(f)
+        schema = pf.schema_arrow
+        if "assets" not in schema.names:
+            raise ConfigError("inputs.stac", f"{source} has no 'assets' column: not stac-geoparquet")
+        columns = [c for c in ("id", "datetime", "start_datetime", "bbox", *_ITEM_FIELDS) if c in schema.names]
+        struct = schema.field("assets").type
+        keys = {struct.field(i).name: struct.field(i).type for i in range(struct.num_fields)}
+        wanted = sorted(keys) if assets is None else sorted(set(assets.values()) & set(keys))
+        if any("." in k for k in wanted):  # a dotted key cannot be named as a nested column
+            return pf.read(columns=[*columns, "assets"])
+        for key in wanted:
+            fields = {keys[key].field(i).name for i in range(keys[key].num_fields)}
+            columns += [f"assets.{key}.{name}" for name in _ASSET_FIELDS if name in fields]
+        return pf.read(columns=columns)
 
     try:
         if source.startswith("s3://"):
@@ -228,8 +249,8 @@ def read_geoparquet_table(source: str, storage: Any = None) -> Any:
                 anonymous=bool(getattr(storage, "anonymous", False)),
             )
             with s3.open_input_file(source[len("s3://") :]) as f:
-                return pq.ParquetFile(f).read()
-        return pq.ParquetFile(source).read()
+                return read(f)
+        return read(source)
     except (OSError, ValueError) as e:
         raise ConfigError("inputs.stac", f"cannot read stac-geoparquet {source}: {e}") from e
 
@@ -393,9 +414,13 @@ def asset_rows_from_arrow(
                 idx = np.flatnonzero(ok)[has]
                 rb[name][idx] = vals[has]
         size = np.nan_to_num(_f8(get("file:size")), nan=0) if get("file:size") is not None else np.zeros(n)
-        hrefs = _strings(pc.struct_field(sub, ["href"]))[good] if "href" in fields else np.full(len(good), None)
-        if not all(isinstance(h, str) and is_url(h) and not h.startswith("file://") for h in hrefs):
-            hrefs = np.array([resolve_href(str(h), base) for h in hrefs], dtype=object)
+        href_col = pc.struct_field(sub, ["href"]) if "href" in fields else pa.nulls(n, pa.string())
+        urls = pc.and_(pc.match_substring(href_col, "://"), pc.invert(pc.starts_with(href_col, "file://")))
+        all_urls = pc.all(pc.filter(urls, pa.array(~bad))).as_py() is not False
+        hrefs = np.empty(len(good), dtype=object)
+        hrefs[:] = pc.filter(href_col, pa.array(~bad)).to_pylist()
+        if not all_urls:  # relative or local paths: resolved one by one
+            hrefs[:] = [resolve_href(str(h), base) for h in hrefs]
         part = {
             "href": hrefs, "band": np.full(len(good), band, dtype=object), "item": ids[good],
             "time": times[good], "lon": lon[good], "crs": crs[good],
@@ -439,7 +464,8 @@ def load_asset_rows(config: Config) -> tuple[dict[str, np.ndarray], list[dict[st
     if i.stac_search:
         rows: dict[str, Any] = asset_rows_from_items(search_item_dicts(i.stac_search), i.assets, None, skipped)
     elif i.stac and re.search(r"\.(geo)?parquet$", i.stac, re.I):
-        rows = asset_rows_from_arrow(read_geoparquet_table(i.stac, config.storage), i.assets, i.stac, skipped)
+        table = read_geoparquet_table(i.stac, config.storage, i.assets)
+        rows = asset_rows_from_arrow(table, i.assets, i.stac, skipped)
     elif i.stac:
         items, base = read_item_dicts(i.stac)
         rows = asset_rows_from_items(items, i.assets, base, skipped)
@@ -467,12 +493,15 @@ def compute_band_attrs(rows: dict[str, np.ndarray]) -> dict[str, dict[str, float
     """``scale_factor``/``add_offset`` per band from ``raster:bands`` (the first asset in href order;
     a band whose assets disagree is logged)."""
     out: dict[str, dict[str, float]] = {}
-    order = np.argsort(rows["href"], kind="stable")
     for band in sorted(set(rows["band"])):
-        sel = order[rows["band"][order] == band]
+        sel = np.flatnonzero(rows["band"] == band)
         attrs = {}
         for col, name in (("scale", "scale_factor"), ("offset", "add_offset")):
             values = rows[col][sel]
+            if np.isnan(values).all():
+                continue
+            if len(np.unique(values)) > 1:  # the first in href order
+                values = values[np.argsort(rows["href"][sel], kind="stable")]
             known = values[~np.isnan(values)]
             if len(known):
                 attrs[name] = float(known[0])
@@ -493,12 +522,11 @@ def build_stac_catalog(config: Config, max_threads: int = 8) -> Catalog:
                           f"no usable STAC item found ({len(skipped)} skipped)")  # fmt: skip
     affine = np.column_stack([rows[c] for c in _AFFINE])
     planned = (
-        np.fromiter((c is not None for c in rows["crs"]), bool, n)
-        & np.fromiter((d is not None for d in rows["dtype"]), bool, n)
+        np.not_equal(rows["crs"], None) & np.not_equal(rows["dtype"], None)
         & (rows["width"] > 0) & (rows["height"] > 0) & np.isfinite(affine).all(axis=1)
     )  # fmt: skip
     overviews = np.empty(n, dtype=object)
-    overviews[:] = [[] for _ in range(n)]
+    overviews.fill([])  # one shared empty list: unknown (read at full resolution); never mutated
     block = np.zeros(n, dtype=np.int64)
     keep = np.ones(n, dtype=bool)
     to_open = np.flatnonzero(~planned)
@@ -527,8 +555,11 @@ def build_stac_catalog(config: Config, max_threads: int = 8) -> Catalog:
         "dtype": rows["dtype"], "file_nodata": rows["nodata"], "block_x": block, "block_y": block.copy(),
         "overviews": overviews, "size": rows["size"], "mtime": np.zeros(n, dtype=np.int64),
         "nodata": rows["nodata"],
-    }).rows(keep)  # fmt: skip
-    band_attrs = compute_band_attrs({k: v[keep] for k, v in rows.items()})
+    })  # fmt: skip
+    if not keep.all():
+        tiles = tiles.rows(keep)
+        rows = {k: v[keep] for k, v in rows.items()}
+    band_attrs = compute_band_attrs(rows)
     tiles = _finish_table(tiles.select(TABLE_COLUMNS), config, skipped)
     if config.execution.on_error == "fail" and skipped:
         raise TileReadError(skipped[0]["path"], skipped[0]["error"])
