@@ -522,7 +522,7 @@ def build_stac_catalog(config: Config, max_threads: int = 8) -> Catalog:
                           f"no usable STAC item found ({len(skipped)} skipped)")  # fmt: skip
     affine = np.column_stack([rows[c] for c in _AFFINE])
     planned = (
-        np.not_equal(rows["crs"], None) & np.not_equal(rows["dtype"], None)
+        (rows["crs"] != None) & (rows["dtype"] != None)  # noqa: E711 - element-wise
         & (rows["width"] > 0) & (rows["height"] > 0) & np.isfinite(affine).all(axis=1)
     )  # fmt: skip
     overviews = np.empty(n, dtype=object)
