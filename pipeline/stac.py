@@ -130,6 +130,12 @@ def asset_rows_from_items(
 ) -> dict[str, list[Any]]:
     """The asset table (lists) from item dicts; items lacking a wanted asset go to ``skipped``."""
     rows: dict[str, list[Any]] = {c: [] for c in ASSET_COLUMNS}
+    items = list(items)
+    why = "wanted by inputs.assets"
+    if assets is None:  # every raster asset any item has, by its key
+        keys = {k for it in items for k, a in (it.get("assets") or {}).items() if is_raster_asset(a)}
+        assets = {k: k for k in sorted(keys)}
+        why = "inputs.assets is null: every raster asset is wanted; set it to choose"
     for item in items:
         item_id = str(item.get("id"))
         props = item.get("properties") or {}
@@ -139,19 +145,15 @@ def asset_rows_from_items(
         except ValueError as e:
             skipped.append({"path": item_id, "error": f"STAC item {e}"})
             continue
-        if assets is None:
-            wanted = {key: key for key, a in sorted(found.items()) if is_raster_asset(a)}
-        else:
-            wanted = assets
-            missing = sorted(k for k in wanted.values() if k not in found)
-            if missing:
-                skipped.append({"path": item_id, "error": f"STAC item has no asset {', '.join(map(repr, missing))} "
-                                f"(wanted by inputs.assets); it has {sorted(found)}"})  # fmt: skip
-                continue
+        missing = sorted(k for k in assets.values() if not (found.get(k) or {}).get("href"))
+        if missing:
+            skipped.append({"path": item_id, "error": f"STAC item has no asset {', '.join(map(repr, missing))} "
+                            f"({why}); it has {sorted(found)}"})  # fmt: skip
+            continue
         bbox = item.get("bbox") or [np.nan] * 4
         lon = (bbox[0] + bbox[2]) / 2
         self_href = next((ln.get("href") for ln in item.get("links") or () if ln.get("rel") == "self"), None)
-        for band, key in wanted.items():
+        for band, key in assets.items():
             a = {**props, **found[key]}  # asset fields override the item's
             shape = a.get("proj:shape")
             transform = a.get("proj:transform")
@@ -251,6 +253,8 @@ def read_geoparquet_table(source: str, storage: Any = None, assets: dict[str, st
             with s3.open_input_file(source[len("s3://") :]) as f:
                 return read(f)
         return read(source)
+    except ConfigError:
+        raise
     except (OSError, ValueError) as e:
         raise ConfigError("inputs.stac", f"cannot read stac-geoparquet {source}: {e}") from e
 
@@ -360,7 +364,9 @@ def asset_rows_from_arrow(
         missing = _f8(pc.is_null(pc.struct_field(sub, ["href"]) if "href" in [f.name for f in sub.type] else sub))
         missing = missing.astype(bool) & ~bad
         why[missing] = [f"{w}; " if w else "" for w in why[missing]]
-        why[missing] += f"STAC item has no asset {key!r} (wanted by inputs.assets)"
+        why[missing] += f"STAC item has no asset {key!r} " + (
+            "(wanted by inputs.assets)" if assets else "(inputs.assets is null: every raster asset is wanted)"
+        )
         bad |= missing
     for k in np.flatnonzero(bad):
         skipped.append({"path": str(ids[k]), "error": str(why[k])})

@@ -238,3 +238,30 @@ def test_a_missing_stac_file_is_a_config_error(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["plan", str(cfg)])
     assert r.exit_code == 2
     assert "inputs.stac" in r.output
+
+
+def test_dict_and_arrow_readers_agree(stac_dir: Path, tmp_path: Path) -> None:
+    """The JSON path and the stac-geoparquet path make the same asset table and skip the same items,
+    also with ``assets: null`` (every raster asset wanted) and one item short of a band."""
+    import pyarrow.parquet as pq
+
+    from pipeline.stac import ASSET_COLUMNS, _as_arrays, asset_rows_from_arrow, asset_rows_from_items
+
+    items = json.loads((stac_dir / "items.json").read_text())["features"]
+    del items[3]["assets"]["B11"]
+    items[4]["assets"]["thumbnail"] = {"href": "t.png", "type": "image/png", "roles": ["thumbnail"]}
+    write_geoparquet(items, str(tmp_path / "items.parquet"))
+    base = str(stac_dir / "items.json")
+    for assets in (None, {"blue": "B02", "swir": "B11"}):
+        skipped_d: list[dict[str, str]] = []
+        skipped_a: list[dict[str, str]] = []
+        d = _as_arrays(asset_rows_from_items(items, assets, base, skipped_d))
+        a = asset_rows_from_arrow(pq.read_table(tmp_path / "items.parquet"), assets, base, skipped_a)
+        assert [s["path"] for s in skipped_d] == [s["path"] for s in skipped_a] == [items[3]["id"]]
+        order_d = np.lexsort((d["band"].astype(str), d["href"].astype(str)))
+        order_a = np.lexsort((a["band"].astype(str), a["href"].astype(str)))
+        assert len(order_d) == len(order_a) == (len(items) - 1) * (4 if assets is None else 2)
+        for c in ASSET_COLUMNS:
+            x, y = d[c][order_d], a[c][order_a]
+            same = np.array_equal(x, y, equal_nan=True) if x.dtype.kind == "f" else list(x) == list(y)
+            assert same, c
