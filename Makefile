@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test browser demo bench bench-scale bench-mixed bench-deps bench-kernels gpu-check fixtures lint clean
+.PHONY: help install test browser demo bench bench-scale bench-mixed bench-stac bench-deps bench-kernels gpu-check fixtures lint clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -44,6 +44,8 @@ bench-scale: bench-deps  ## the bounds on 4x the case study's work (8 dates; wri
 bench-mixed: bench-deps  ## odc-stac and gdalwarp on the mixed preset (3 UTM zones, 60 m bands, 3 dates; writes it once)
 	@[ -d data_fixtures/mixed/2024-07-01 ] || $(BIN)/pipeline fixtures data_fixtures/mixed --preset mixed
 	BENCH_CONFIG=configs/mixed.yaml $(BIN)/python -W ignore bench/peers.py
+bench-stac: bench-deps  ## `pipeline plan` over 192,000 STAC items in stac-geoparquet vs odc-stac's lazy load (heavy: run alone)
+	$(BIN)/python -W ignore bench/stac_scale.py
 
 bench-deps: $(STAMP)  # the peers (the bench extra; Debian's gdal-bin where it can install), fresh bytecode
 	$(BIN)/pip install --quiet -e '.[dev,bench]'

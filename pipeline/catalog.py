@@ -150,6 +150,8 @@ class Catalog:
     """Files matched but unusable: ``{path, error}``."""
     headers_read: int = 0
     """How many file headers were opened this time (the rest came from the index)."""
+    band_attrs: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Extra attributes per output band (STAC ``raster:bands`` scale/offset as CF ``scale_factor``/``add_offset``)."""
 
 
 def find_inputs(config: Config) -> list[str]:
@@ -220,6 +222,10 @@ def build_catalog(config: Config, max_threads: int = 8) -> Catalog:
 
     With ``inputs.trust_index`` the index is the input list: no glob, no stat, no file opened.
     """
+    if config.inputs.stac or config.inputs.stac_search:
+        from pipeline.stac import build_stac_catalog
+
+        return build_stac_catalog(config, max_threads)
     index = _load_index(config.inputs.index) if config.inputs.index else None
     if config.inputs.trust_index:
         if index is None:
@@ -342,7 +348,8 @@ def _finish_table(tiles: TileTable, config: Config, skipped: list[dict[str, str]
                     "path": tiles["path"][i],
                     "error": f"dtype {dtypes[i]} differs from band's other files ({major})",
                 })  # fmt: skip
-    tiles = tiles.rows(keep)
+    if not keep.all():
+        tiles = tiles.rows(keep)
     if not len(tiles):
         raise ConfigError("inputs.paths", "no usable input file remains (see the skipped list)")
     file_nodata = tiles["file_nodata"]

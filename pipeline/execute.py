@@ -79,6 +79,7 @@ def plan_run(config: Config, clock: StageClock | None = None) -> tuple[Any, Plan
             partition_mb=config.execution.partition_mb,
             bands_order=config.inputs.bands,
             key_prefix=f"pipeline-{config.output_hash()}",
+            band_attrs=catalog.band_attrs,
         )
     return catalog, plan
 
@@ -140,6 +141,7 @@ def summarise_plan(config: Config, catalog: Any, plan: Plan, clock: StageClock |
             "files": int(len(catalog.tiles)),
             "bytes": int(catalog.tiles["size"].sum()),
             "skipped": catalog.skipped,
+            "headers_read": catalog.headers_read,
         },  # fmt: skip
         "bands": [b.name for b in plan.bands],
         "times": list(plan.times),

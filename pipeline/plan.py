@@ -149,6 +149,8 @@ class BandSpec:
     dtype: str
     nodata: float
     """Output fill value: the inputs' nodata, else 0 for integers and NaN for floats."""
+    attrs: tuple[tuple[str, float], ...] = ()
+    """Extra array attributes, e.g. CF ``scale_factor``/``add_offset`` from STAC ``raster:bands``."""
 
 
 @dataclass(frozen=True)
@@ -286,7 +288,9 @@ class Plan:
     """Tiles read at each overview level ("full", "overview 0", ...)."""
 
 
-def compute_band_specs(tiles: TileTable, bands_order: tuple[str, ...] | None) -> tuple[BandSpec, ...]:
+def compute_band_specs(
+    tiles: TileTable, bands_order: tuple[str, ...] | None, band_attrs: dict[str, dict[str, float]] | None = None
+) -> tuple[BandSpec, ...]:
     groups = tiles.groups("band")
     names = list(bands_order) if bands_order else sorted(groups)
     specs = []
@@ -299,7 +303,8 @@ def compute_band_specs(tiles: TileTable, bands_order: tuple[str, ...] | None) ->
             nodata = float(nodatas[0])
         else:
             nodata = float("nan") if np.dtype(dtype).kind == "f" else 0.0
-        specs.append(BandSpec(name=name, dtype=dtype, nodata=nodata))
+        attrs = tuple(sorted((band_attrs or {}).get(name, {}).items()))
+        specs.append(BandSpec(name=name, dtype=dtype, nodata=nodata, attrs=attrs))
     return tuple(specs)
 
 
@@ -383,6 +388,7 @@ def compute_plan(
     partition_mb: float,
     bands_order: tuple[str, ...] | None = None,
     key_prefix: str = "pipeline",
+    band_attrs: dict[str, dict[str, float]] | None = None,
 ) -> Plan:
     """Plan the whole run. ``tiles`` is the catalog's table (sorted by path: the fuse order)."""
     footprints = compute_footprints(tiles, crs)
@@ -392,7 +398,7 @@ def compute_plan(
             float(np.nanmax(footprints[:, 2])), float(np.nanmax(footprints[:, 3])),
         )  # fmt: skip
     grid = compute_grid(crs, res_xy, chunks_yx, bounds)
-    bands = compute_band_specs(tiles, bands_order)
+    bands = compute_band_specs(tiles, bands_order, band_attrs)
     band_index = {b.name: i for i, b in enumerate(bands)}
     times = np.unique(tiles["date"])
 

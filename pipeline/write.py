@@ -174,7 +174,7 @@ def create_store(plan: Plan, path: str, *, codec: str, level: int, config_hash: 
             _write_json(os.path.join(path, b.name, "zarr.json"), _array_json(
                 shape, dtype, (1, ch, cw), np.nan if math.isnan(b.nodata) else b.nodata,
                 _codecs_json(codec, level, dtype), ["time", "y", "x"],
-                {"_FillValue": _fill_attr(b.nodata, dtype), **band_attrs},
+                {"_FillValue": _fill_attr(b.nodata, dtype), **band_attrs, **dict(b.attrs)},
             ))  # fmt: skip
     except OSError as e:
         raise StoreError(f"cannot create the output store {path}: {e}") from e

@@ -1,0 +1,267 @@
+"""STAC inputs: the same tiles by glob, ItemCollection, catalog.json, stac-geoparquet and a real STAC API
+(``rustac serve`` on 127.0.0.1) give bit-identical cubes; the rules as pure functions."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import xarray as xr
+import yaml
+from click.testing import CliRunner
+
+from pipeline.cli import main
+from pipeline.config import load_config
+from pipeline.execute import run
+from pipeline.stac import (
+    compute_solar_day,
+    compute_time_steps,
+    items_from_files,
+    resolve_href,
+    write_geoparquet,
+    write_item_collection,
+)
+from tests.helpers import PATTERN
+
+SCALE = {"B02": (0.0001, -0.1)}
+
+
+# --- pure rules ----------------------------------------------------------------------------------------
+
+
+def test_solar_day_shifts_by_longitude_across_the_utc_date() -> None:
+    t = np.array(["2024-06-01T22:30", "2024-06-01T22:30", "2024-06-02T01:00", "2024-06-02T01:00"], "datetime64[ns]")
+    lon = np.array([30.0, -30.0, -30.0, 10.0])  # +2 h, -2 h, -2 h, +40 min
+    days = compute_solar_day(t, lon)
+    assert list(days.astype(str)) == ["2024-06-02", "2024-06-01", "2024-06-01", "2024-06-02"]
+    steps = compute_time_steps(t, lon, "solar_day")
+    assert steps.dtype == np.dtype("datetime64[ns]")
+    assert list(np.unique(steps).astype("datetime64[D]").astype(str)) == ["2024-06-01", "2024-06-02"]
+
+
+def test_groupby_time_keeps_timestamps_and_none_makes_one_step() -> None:
+    t = np.array(["2024-06-01T10:30:00.5", "2024-06-01T10:30:01", "2024-06-11T10:30"], "datetime64[ns]")
+    lon = np.zeros(3)
+    assert np.array_equal(compute_time_steps(t, lon, "time"), t)
+    assert len(np.unique(compute_time_steps(t, lon, "solar_day"))) == 2
+    one = compute_time_steps(t, lon, "none")
+    assert len(np.unique(one)) == 1 and one[0] == t.min()
+    with pytest.raises(ValueError):
+        compute_time_steps(t, lon, "month")
+
+
+def test_hrefs_resolve_against_their_document() -> None:
+    assert resolve_href("a/b.tif", "/data/stac/items.json") == "/data/stac/a/b.tif"
+    assert resolve_href("../b.tif", "/data/stac/cat/item.json") == "/data/stac/b.tif"
+    assert resolve_href("file:///x/y.tif", None) == "/x/y.tif"
+    assert resolve_href("s3://bucket/k/y.tif", "/data/items.json") == "s3://bucket/k/y.tif"
+    assert resolve_href("B04.tif", "https://example.com/stac/item.json") == "https://example.com/stac/B04.tif"
+
+
+# --- the same cube every way ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stac_dir(small_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Items for the small fixture in every form: relative hrefs (ItemCollection, parquet), a static
+    catalog, absolute hrefs (for the API server), and items without the projection/raster extensions."""
+    import pystac
+
+    out = tmp_path_factory.mktemp("stac")
+    files = sorted(str(p) for p in small_dir.glob("*/*.tif"))
+    rel = items_from_files(files, href_base=str(out), scale_offset=SCALE)
+    assert rel[0]["assets"]["B02"]["href"].startswith("..")
+    write_item_collection(rel, str(out / "items.json"))
+    write_geoparquet(rel, str(out / "items.parquet"))
+    absolute = items_from_files(files, scale_offset=SCALE)
+    write_geoparquet(absolute, str(out / "absolute.parquet"))
+    catalog = pystac.Catalog(id="fixtures", description="the small fixture")
+    for d in absolute:
+        catalog.add_item(pystac.Item.from_dict(copy.deepcopy(d)))
+    catalog.normalize_hrefs(str(out / "catalog"))
+    catalog.save(catalog_type=pystac.CatalogType.SELF_CONTAINED)
+    bare = items_from_files(files, href_base=str(out), projection=False, raster=False)
+    write_item_collection(bare, str(out / "bare.json"))
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def stac_api(stac_dir: Path) -> Iterator[str]:
+    """``rustac serve`` on a free loopback port, serving the stac-geoparquet file from memory."""
+    exe = shutil.which("rustac") or os.path.join(os.path.dirname(sys.executable), "rustac")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    # The DuckDB backend (rustac's default for one .parquet) does not answer offline; memory does.
+    cmd = [exe, "serve", str(stac_dir / "absolute.parquet"), "--use-duckdb", "false", "--addr", f"127.0.0.1:{port}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"rustac serve did not answer: {proc.stderr.read() if proc.stderr else ''}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _config(folder: Path, inputs: dict[str, Any], resolution: float = 10, **extra: Any) -> Path:
+    raw = {
+        "inputs": inputs,
+        "grid": {"crs": "EPSG:32632", "resolution": resolution},
+        "output": {"path": str(folder / "out.zarr"), "chunks": {"y": 256, "x": 256}},
+        "execution": {"scheduler": "threads", "workers": 2, "partition_mb": 4},
+        **extra,
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _run(folder: Path, inputs: dict[str, Any], resolution: float = 10) -> tuple[Any, Any]:
+    result = run(load_config(_config(folder, inputs, resolution)))
+    return result, xr.open_zarr(folder / "out.zarr", mask_and_scale=False)
+
+
+def _assert_same_cube(got: xr.Dataset, ref: xr.Dataset) -> None:
+    assert sorted(got.data_vars) == sorted(ref.data_vars)
+    for c in ("time", "y", "x"):
+        assert np.array_equal(got[c].values, ref[c].values), c
+    for name in ref.data_vars:
+        a, b = got[name].values, ref[name].values
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), name
+        assert int((b != 0).sum()) > 0, name  # compared over real data
+
+
+@pytest.fixture(scope="module")
+def glob_cube(small_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> xr.Dataset:
+    _, ds = _run(tmp_path_factory.mktemp("glob"), {"paths": [str(small_dir / "**" / "*.tif")], "pattern": PATTERN})
+    return ds
+
+
+@pytest.mark.parametrize("source", ["items.json", "catalog/catalog.json", "items.parquet", "api"])
+def test_stac_sources_give_the_glob_cube(
+    source: str, stac_dir: Path, glob_cube: xr.Dataset, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if source == "api":
+        inputs: dict[str, Any] = {"stac_search": {"url": request.getfixturevalue("stac_api"),
+                                                  "collections": ["pipeline-fixtures"], "max_items": 1000}}  # fmt: skip
+    else:
+        inputs = {"stac": str(stac_dir / source)}
+    result, ds = _run(tmp_path, inputs)
+    assert result.exit_code == 0
+    assert result.report["inputs"]["headers_read"] == 0  # planned from the projection extension alone
+    assert result.report["inputs"]["files"] == 32
+    _assert_same_cube(ds, glob_cube)
+    # raster:bands scale/offset: CF attributes on the band, stored values untouched.
+    assert ds["B02"].attrs["scale_factor"] == 0.0001 and ds["B02"].attrs["add_offset"] == -0.1
+    assert "scale_factor" not in ds["B04"].attrs
+    decoded = xr.open_zarr(tmp_path / "out.zarr")["B02"].isel(time=0).values
+    raw = ds["B02"].isel(time=0).values
+    valid = raw != 0
+    assert np.allclose(decoded[valid], raw[valid] * 0.0001 - 0.1)
+
+
+def test_items_without_projection_are_opened(small_dir: Path, stac_dir: Path, tmp_path: Path) -> None:
+    """Opened items get the files' real overviews: at 20 m (average reads the 10 m bands' overviews) the
+    cube still equals the glob one."""
+    _, ref = _run(tmp_path / "glob", {"paths": [str(small_dir / "**" / "*.tif")], "pattern": PATTERN}, 20)
+    result, ds = _run(tmp_path / "bare", {"stac": str(stac_dir / "bare.json")}, 20)
+    assert result.exit_code == 0
+    assert result.report["inputs"]["headers_read"] == 32
+    _assert_same_cube(ds, ref)
+
+
+def test_groupby_none_makes_one_time_step(stac_dir: Path, tmp_path: Path) -> None:
+    from pipeline.catalog import build_catalog
+
+    cfg = load_config(_config(tmp_path, {"stac": str(stac_dir / "items.parquet"), "groupby": "none"}))
+    assert len(np.unique(build_catalog(cfg).tiles["date"])) == 1
+    cfg = load_config(_config(tmp_path, {"stac": str(stac_dir / "items.json"), "groupby": "time"}))
+    dates = np.unique(build_catalog(cfg).tiles["date"])
+    assert list(dates.astype(str)) == ["2024-06-01T10:30:00.000000000", "2024-06-11T10:30:00.000000000"]
+
+
+def test_missing_asset_and_broken_href_are_skipped_and_listed(stac_dir: Path, tmp_path: Path) -> None:
+    items = json.loads((stac_dir / "items.json").read_text())["features"]
+    del items[0]["assets"]["B04"]  # an item without a wanted asset
+    items[1]["assets"]["B02"]["href"] = "nowhere/T31A1_B02.tif"  # planned from metadata: fails at read
+    bare = items[2]["assets"]["B11"]
+    bare["href"] = "nowhere/T32A0_B11.tif"  # no projection: fails when its header is read
+    for k in [k for k in bare if k.startswith(("proj:", "raster:"))]:
+        del bare[k]
+    write_item_collection(items, str(tmp_path / "items.json"))
+    cfg = _config(tmp_path / "run", {"stac": str(tmp_path / "items.json"),
+                                     "assets": {"B02": "B02", "B04": "B04", "B11": "B11"}})  # fmt: skip
+    r = CliRunner().invoke(main, ["run", str(cfg), "--report", str(tmp_path / "report.json"), "-q"])
+    assert r.exit_code == 3, r.output
+    report = json.loads((tmp_path / "report.json").read_text())
+    errors = {s["path"]: s["error"] for s in report["inputs"]["skipped"]}
+    assert "'B04'" in errors[items[0]["id"]]
+    assert any(p.endswith("nowhere/T31A1_B02.tif") for p in errors)
+    assert any(p.endswith("nowhere/T32A0_B11.tif") for p in errors)
+    assert len(errors) == 3
+    assert report["inputs"]["headers_read"] == 1
+    ds = xr.open_zarr(tmp_path / "run" / "out.zarr")
+    assert sorted(ds.data_vars) == ["B02", "B04", "B11"]
+
+
+def test_a_missing_stac_file_is_a_config_error(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, {"stac": str(tmp_path / "nothing.json")})
+    r = CliRunner().invoke(main, ["plan", str(cfg)])
+    assert r.exit_code == 2
+    assert "inputs.stac" in r.output
+
+
+def test_dict_and_arrow_readers_agree(stac_dir: Path, tmp_path: Path) -> None:
+    """The JSON path and the stac-geoparquet path make the same asset table and skip the same items,
+    also with ``assets: null`` (every raster asset wanted) and one item short of a band."""
+    import pyarrow.parquet as pq
+
+    from pipeline.stac import ASSET_COLUMNS, _as_arrays, asset_rows_from_arrow, asset_rows_from_items
+
+    items = json.loads((stac_dir / "items.json").read_text())["features"]
+    del items[3]["assets"]["B11"]
+    items[4]["assets"]["thumbnail"] = {"href": "t.png", "type": "image/png", "roles": ["thumbnail"]}
+    write_geoparquet(items, str(tmp_path / "items.parquet"))
+    base = str(stac_dir / "items.json")
+    for assets in (None, {"blue": "B02", "swir": "B11"}):
+        skipped_d: list[dict[str, str]] = []
+        skipped_a: list[dict[str, str]] = []
+        d = _as_arrays(asset_rows_from_items(items, assets, base, skipped_d))
+        a = asset_rows_from_arrow(pq.read_table(tmp_path / "items.parquet"), assets, base, skipped_a)
+        assert [s["path"] for s in skipped_d] == [s["path"] for s in skipped_a] == [items[3]["id"]]
+        order_d = np.lexsort((d["band"].astype(str), d["href"].astype(str)))
+        order_a = np.lexsort((a["band"].astype(str), a["href"].astype(str)))
+        assert len(order_d) == len(order_a) == (len(items) - 1) * (4 if assets is None else 2)
+        for c in ASSET_COLUMNS:
+            x, y = d[c][order_d], a[c][order_a]
+            same = np.array_equal(x, y, equal_nan=True) if x.dtype.kind == "f" else list(x) == list(y)
+            assert same, c
