@@ -1,9 +1,11 @@
-"""Drive the pipeline from Python: the small fixture -> a Zarr cube on a LocalCluster -> a quick-look PNG.
+"""Drive the pipeline from Python: the small fixture -> STAC items -> a Zarr cube on a LocalCluster
+-> a quick-look PNG.
 
     python examples/quicklook.py [WORKDIR]        # default WORKDIR: ./quicklook
 
-Writes WORKDIR/tiles/ (the small synthetic fixture, if missing), WORKDIR/cube.zarr, its report and
-WORKDIR/quicklook.png: one band of the first date, as the cube holds it.
+Writes WORKDIR/tiles/ (the small synthetic fixture, if missing), WORKDIR/items.json (a STAC
+ItemCollection for those tiles, with the projection and raster extensions), WORKDIR/cube.zarr, its
+report and WORKDIR/quicklook.png: one band of the first date, as the cube holds it.
 """
 
 from __future__ import annotations
@@ -15,18 +17,18 @@ from typing import Any
 
 import pipeline
 
-PATTERN = r"(?P<date>\d{4}-\d{2}-\d{2})/(?P<tile>[^/]+)_(?P<band>[^/_.]+)\.tif$"
 
+def inputs_for(tiles: str, workdir: str) -> dict[str, Any]:
+    """The ``inputs`` section: STAC items for the tiles under ``tiles``, as a catalogue would list them.
 
-def inputs_for(tiles: str) -> dict[str, Any]:
-    """The ``inputs`` section for the fixture tiles under ``tiles``.
-
-    This is the one place that says how the pipeline finds the tiles: here, a glob and the regex that
-    names band and date in each path. The STAC variant replaces it with STAC items for the same
-    tiles (an ItemCollection written next to them, ``{"stac": "<items>.json"}``); nothing else in this
-    script changes.
+    One item per (date, tile), one asset per band, with the projection extension, so the pipeline
+    plans from the items without opening a file. A STAC API works the same way:
+    ``{"stac_search": {"url": ..., "collections": [...]}}``.
     """
-    return {"paths": [os.path.join(tiles, "**", "*.tif")], "pattern": PATTERN}
+    from pipeline.stac import items_from_files, write_item_collection
+
+    items = items_from_files(glob.glob(os.path.join(tiles, "**", "*.tif"), recursive=True), href_base=workdir)
+    return {"stac": write_item_collection(items, os.path.join(workdir, "items.json")), "groupby": "solar_day"}
 
 
 def main(workdir: str) -> int:
@@ -40,7 +42,7 @@ def main(workdir: str) -> int:
         write_fixtures(tiles, "small", seed=0)
 
     cfg = pipeline.Config(
-        inputs=inputs_for(tiles),
+        inputs=inputs_for(tiles, workdir),
         grid={"crs": "EPSG:32632", "resolution": 20},
         resampling="average",
         output={"path": os.path.join(workdir, "cube.zarr"), "chunks": {"y": 128, "x": 128}},
