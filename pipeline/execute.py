@@ -34,7 +34,7 @@ from pipeline.report import (
 )
 from pipeline.task import TaskContext, run_partition, warm_up
 from pipeline.workers import WORKER_MALLOC, start_worker_server, worker_start_method
-from pipeline.write import create_store, finalize_store, journal_done, store_config
+from pipeline.write import create_store, finalize_store, journal_done, store_config, store_exists, store_stamp
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,7 @@ def plan_run(config: Config, clock: StageClock | None = None) -> tuple[Any, Plan
             partition_mb=config.execution.partition_mb,
             bands_order=config.inputs.bands,
             key_prefix=f"pipeline-{config.output_hash()}",
+            shards_yx=config.output.shards_yx,
         )
     return catalog, plan
 
@@ -155,9 +156,9 @@ def summarise_plan(config: Config, catalog: Any, plan: Plan, clock: StageClock |
 
 def _prepare_store(config: Config, plan: Plan, *, overwrite: bool, resume: bool) -> set[str]:
     """Create the template, or check the existing store for --resume; return finished partition keys."""
-    path = config.output.path
-    if resume and os.path.exists(path):
-        attrs = store_config(path)
+    path, storage = config.output.path, config.storage
+    if resume and store_exists(path, storage):
+        attrs = store_config(path, storage)
         if attrs.get("pipeline_config_hash") != config.output_hash():
             old = attrs.get("pipeline_settings") or {}
             new = config.output_settings()
@@ -167,12 +168,13 @@ def _prepare_store(config: Config, plan: Plan, *, overwrite: bool, resume: bool)
         if attrs.get("pipeline_complete"):
             logger.info("%s is already complete; nothing to resume", path)
             return set(plan.partitions.keys())
-        done = journal_done(path)
+        done = journal_done(path, storage)
         logger.info("resuming %s: %d of %d partitions already done", path, len(done), len(plan.partitions))
         return done
     create_store(
         plan, path, codec=config.output.codec, level=config.output.level,
         config_hash=config.output_hash(), settings=config.output_settings(), overwrite=overwrite,
+        storage=storage, shards_yx=config.output.shards_yx,
     )  # fmt: skip
     return set()
 
@@ -296,6 +298,8 @@ def run(
         on_error=config.execution.on_error,
         engine=config.resampling_engine,
         grid_width=plan.grid.shape_yx[1],
+        storage=config.storage,
+        store_stamp=store_stamp(config.output.path, [b.name for b in plan.bands], config.storage),
     )
     max_arg = max((len(pickle.dumps(p)) for p in todo), default=0)
 
@@ -306,7 +310,7 @@ def run(
         records, exec_wall, threads, worker_names = _execute(config, todo, ctx, progress, crs)
 
     with clock.stage("finalize"):
-        store_bytes = finalize_store(config.output.path)
+        store_bytes = finalize_store(config.output.path, config.storage)
     records.sort(key=lambda r: r["index"])
     skipped = list(catalog.skipped)
     seen = {s["path"] for s in skipped}
