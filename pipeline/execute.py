@@ -7,6 +7,7 @@ consumed with ``as_completed`` so no task blocks another.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import pickle
@@ -19,7 +20,7 @@ import numpy as np
 
 from pipeline import __version__
 from pipeline.catalog import build_catalog
-from pipeline.config import Config
+from pipeline.config import Config, is_url
 from pipeline.device import check_request, decide, detect_gpu, load_profile, probe_worker, submit_options, task_work
 from pipeline.errors import ConfigError
 from pipeline.plan import Plan, compute_plan
@@ -34,7 +35,15 @@ from pipeline.report import (
 )
 from pipeline.task import TaskContext, run_partition, warm_up
 from pipeline.workers import WORKER_MALLOC, start_worker_server, worker_start_method
-from pipeline.write import create_store, finalize_store, journal_done, store_config, store_exists, store_stamp
+from pipeline.write import (
+    create_store,
+    finalize_store,
+    journal_done,
+    put_object,
+    store_config,
+    store_exists,
+    store_stamp,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -310,7 +319,7 @@ def run(
         records, exec_wall, threads, worker_names = _execute(config, todo, ctx, progress, crs)
 
     with clock.stage("finalize"):
-        store_bytes = finalize_store(config.output.path, config.storage)
+        usage = finalize_store(config.output.path, config.storage)
     records.sort(key=lambda r: r["index"])
     skipped = list(catalog.skipped)
     seen = {s["path"] for s in skipped}
@@ -338,7 +347,9 @@ def run(
         },
         "output": {
             "path": config.output.path,
-            "bytes": store_bytes,
+            "bytes": usage.bytes,
+            "objects": usage.data_objects,
+            "objects_bytes": usage.data_bytes,
             "bytes_raw": plan.bytes_out,
             "chunks_written": int(sum(r["chunks"] for r in records)),
             "chunks_degraded": degraded,
@@ -376,5 +387,8 @@ def run(
     }
     report["stragglers"] = compute_stragglers(records)
     report["diagnostics"] = compute_diagnostics(report)
-    write_report(report, config.report_path)
+    if is_url(config.report_path):
+        put_object(config.report_path, json.dumps(report, indent=1, default=str).encode(), config.storage)
+    else:
+        write_report(report, config.report_path)
     return RunResult(report=report, exit_code=3 if skipped else 0)

@@ -143,8 +143,8 @@ def object_store(url: str, storage: StorageConfig, **client_options: Any) -> Any
     return obs.S3Store(
         bucket,
         prefix=prefix or None,
-        config=config,
-        client_options=client_options or None,
+        config=config,  # type: ignore[arg-type]
+        client_options=client_options or None,  # type: ignore[arg-type]
         credential_provider=provider,
     )
 

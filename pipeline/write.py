@@ -589,8 +589,17 @@ def store_config(path: str, storage: StorageConfig | None = None) -> dict[str, A
         raise StoreError(f"{path} is not a store this tool can resume ({e}); use --overwrite") from e
 
 
-def finalize_store(path: str, storage: StorageConfig | None = None) -> int:
-    """Drop the journal, mark complete, consolidate metadata; return the store's size in bytes.
+@dataclass(frozen=True)
+class StoreUsage:
+    bytes: int
+    """Every object of the store."""
+    data_objects: int
+    """Chunk (or shard) objects of the band arrays."""
+    data_bytes: int
+
+
+def finalize_store(path: str, storage: StorageConfig | None = None) -> StoreUsage:
+    """Drop the journal, mark complete, consolidate metadata; return what the store holds.
 
     Consolidated metadata (zarr-python's extension to v3, which xarray reads in one request) is every
     child's ``zarr.json`` inlined in the root's, as ``zarr.consolidate_metadata`` writes it (tested)."""
@@ -613,9 +622,19 @@ def finalize_store(path: str, storage: StorageConfig | None = None) -> int:
                 children[name] = child
         root["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": children}
         _put_json(store, "zarr.json", root)
-        return sum(size for _, size in list_keys(store))
+        keys = list_keys(store)
     except Exception as e:
         raise StoreError(f"cannot finalise the output store {path}: {redact(str(e))}") from None
+    bands = tuple(f"{n}/c/" for n, c in children.items() if c.get("dimension_names") == ["time", "y", "x"])
+    data = [size for k, size in keys if k.startswith(bands)]
+    return StoreUsage(bytes=sum(size for _, size in keys), data_objects=len(data), data_bytes=sum(data))
+
+
+def put_object(url: str, payload: bytes, storage: StorageConfig | None = None) -> None:
+    """Write one object (the run's report beside an ``s3://`` store)."""
+    bucket, key = split_url(url)
+    parent, _, name = key.rpartition("/")
+    write_bytes(cached_store(f"s3://{bucket}/{parent}", storage or StorageConfig()), name, payload)
 
 
 def store_size(path: str, storage: StorageConfig | None = None) -> int:
