@@ -5,10 +5,10 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test browser demo bench bench-scale bench-deps bench-kernels gpu-check fixtures lint clean
+.PHONY: help install test browser demo bench bench-scale bench-s3 bench-deps bench-kernels gpu-check fixtures lint clean
 
 help:  ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -40,6 +40,9 @@ bench: bench-deps fixtures  ## case study: 1 vs 2 workers, against odc-stac and 
 bench-scale: bench-deps  ## the bounds on 4x the case study's work (8 dates; writes a 389 MB fixture once)
 	@[ -d data_fixtures/casestudy-x4/2024-07-06 ] || $(BIN)/pipeline fixtures data_fixtures/casestudy-x4 --preset casestudy-x4
 	BENCH_CONFIG=configs/casestudy-x4.yaml BENCH_REPEATS=$${BENCH_REPEATS:-3} $(BIN)/python -W ignore bench/bounds.py
+
+bench-s3: bench-deps fixtures  ## cloud storage: s3->s3, local->s3 (sharded or not), local->local and odc-stac on a loopback S3 server
+	$(BIN)/python -W ignore bench/s3.py
 
 bench-deps: $(STAMP)  # the peers (the bench extra; Debian's gdal-bin where it can install), fresh bytecode
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
