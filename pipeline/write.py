@@ -477,10 +477,25 @@ def _block(arr: BandArray, data: np.ndarray) -> tuple[np.ndarray, bool]:
     return block, empty
 
 
+_pool: dict[int, Any] = {}
+UPLOAD_THREADS = 8
+"""Puts in flight per process for a store in a bucket (each waits ~10-100 ms on the network, not the CPU)."""
+
+
+def _uploads() -> Any:
+    from concurrent.futures import ThreadPoolExecutor
+
+    pid = os.getpid()
+    if pid not in _pool:
+        _pool[pid] = ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="pipeline-upload")
+    return _pool[pid]
+
+
 @dataclass
 class StoreWriter:
-    """A task's writes to one store: each chunk's object is put as it comes; in a sharded array the
-    chunks are held (encoded) until :meth:`flush` writes each shard as one object. Partitions hold whole
+    """A task's writes to one store: each chunk's object is put as it comes (to a bucket, in the
+    background); in a sharded array the chunks are held (encoded) until :meth:`flush` writes each shard
+    as one object. :meth:`flush` returns once every object is stored. Partitions hold whole
     shards (:func:`pipeline.plan.pack_partitions`), so every shard is written once, by one task."""
 
     path: str
@@ -488,6 +503,7 @@ class StoreWriter:
     stamp: str | None = None
     """:func:`store_stamp`, from the task context."""
     _pending: dict[tuple[str, int, int, int], dict[tuple[int, ...], Any]] = field(default_factory=dict)
+    _sent: list[tuple[str, Any]] = field(default_factory=list)
 
     def write_chunk(self, band: str, t: int, window: tuple[int, int, int, int], data: np.ndarray) -> int:
         """Write (or, sharded, hold) one whole chunk; StoreError if it is not chunk-aligned. Returns bytes."""
@@ -511,8 +527,7 @@ class StoreWriter:
             else:
                 block, empty = _block(arr, data)
                 key = f"{band}/c/{t}/{cy}/{cx}"
-                store = _store(self.path, self.storage)
-                delete_keys(store, [key]) if empty else write_bytes(store, key, arr.encode(block))
+                self._send(key, None if empty else arr.encode(block))
         except Exception as e:  # read-only or full destination, an unreachable bucket
             raise StoreError(f"cannot write chunk ({band}, t={t}, rows {r0}, cols {c0}) to {self.path}: "
                              f"{redact(str(e))}") from None  # fmt: skip
@@ -536,13 +551,26 @@ class StoreWriter:
                             region[iy * ch : (iy + 1) * ch, ix * cw : (ix + 1) * cw] = block
                     self._zarr(arr, band)[t, y0:y1, x0:x1] = region[: y1 - y0, : x1 - x0]
                     continue
-                key = f"{band}/c/{t}/{sy}/{sx}"
-                payload = encode_shard(held, (1, ny, nx))
-                store = _store(self.path, self.storage)
-                delete_keys(store, [key]) if payload is None else write_bytes(store, key, payload)
+                self._send(f"{band}/c/{t}/{sy}/{sx}", encode_shard(held, (1, ny, nx)))
             except Exception as e:
                 raise StoreError(f"cannot write shard ({band}, t={t}, shard {sy}/{sx}) to {self.path}: "
                                  f"{redact(str(e))}") from None  # fmt: skip
+        sent, self._sent = self._sent, []
+        for key, future in sent:
+            try:
+                future.result()
+            except Exception as e:
+                raise StoreError(f"cannot write {key} to {self.path}: {redact(str(e))}") from None
+
+    def _send(self, key: str, payload: bytes | None) -> None:
+        """Put (or, None, delete) one object: at once locally; in a bucket, on the process's upload
+        threads, so that the next chunk is computed while this one travels (:meth:`flush` waits)."""
+        store = _store(self.path, self.storage)
+        if scheme(self.path) == "file":
+            delete_keys(store, [key]) if payload is None else write_bytes(store, key, payload)
+            return
+        call = (delete_keys, store, [key]) if payload is None else (write_bytes, store, key, payload)
+        self._sent.append((key, _uploads().submit(*call)))  # type: ignore[arg-type]
 
     def _zarr(self, arr: BandArray, band: str) -> Any:
         if arr.zarr_array is None:

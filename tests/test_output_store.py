@@ -268,3 +268,14 @@ def test_an_unknown_bucket_is_a_config_error_without_secrets(tmp_path: Path, sma
     text = str(err.value)
     assert err.value.key == "output.path" and "no-such-bucket-here" in text
     assert os.environ["AWS_SECRET_ACCESS_KEY"] not in text
+
+
+def test_storage_options_are_s3fs_style_and_hold_no_secret() -> None:
+    from pipeline.storage import storage_options
+
+    opts = storage_options(StorageConfig(endpoint_url="http://127.0.0.1:9000", region="eu-west-1", anonymous=True))
+    assert opts == {
+        "anon": True,
+        "client_kwargs": {"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1"},
+    }
+    assert storage_options(StorageConfig()) == {}
