@@ -6,7 +6,11 @@ One place turns the config's ``storage:`` section into the clients the stages us
   the Zarr writer;
 - :func:`gdal_options` -- the GDAL config options a worker reads tiles with (``/vsis3/``,
   ``/vsicurl/``): the cloud defaults, the endpoint, then ``inputs.gdal_env`` on top;
-- :func:`vsi_path` -- the GDAL path of a URL.
+- :func:`vsi_path` -- the GDAL path of a URL;
+- :func:`cached_store` and ``read_bytes``/``write_bytes``/``delete_keys``/``list_keys`` -- the one byte
+  interface the Zarr writer puts every object through (atomic puts, locally and in a bucket);
+- :func:`zarr_store` and :func:`storage_options` -- how readers open the cube (zarr-python's
+  ``ObjectStore``, or fsspec/s3fs options for ``xr.open_zarr(url, storage_options=...)``).
 
 Credentials are never part of a :class:`~pipeline.config.StorageConfig`: every process resolves them
 itself from the usual AWS chain (environment, ``profile``, instance role), so they never travel in a
