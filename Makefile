@@ -5,10 +5,10 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test browser demo bench bench-scale bench-mixed bench-stac bench-deps bench-kernels gpu-check fixtures lint clean
+.PHONY: help install test browser demo bench bench-scale bench-mixed bench-stac bench-s3 bench-deps bench-kernels gpu-check fixtures lint clean
 
 help:  ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -46,6 +46,9 @@ bench-mixed: bench-deps  ## odc-stac and gdalwarp on the mixed preset (3 UTM zon
 	BENCH_CONFIG=configs/mixed.yaml $(BIN)/python -W ignore bench/peers.py
 bench-stac: bench-deps  ## `pipeline plan` over 192,000 STAC items in stac-geoparquet vs odc-stac's lazy load (heavy: run alone)
 	$(BIN)/python -W ignore bench/stac_scale.py
+
+bench-s3: bench-deps fixtures  ## cloud storage: s3->s3, local->s3 (sharded or not), local->local and odc-stac on a loopback S3 server
+	$(BIN)/python -W ignore bench/s3.py
 
 bench-deps: $(STAMP)  # the peers (the bench extra; Debian's gdal-bin where it can install), fresh bytecode
 	$(BIN)/pip install --quiet -e '.[dev,bench]'

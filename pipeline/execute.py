@@ -7,6 +7,7 @@ consumed with ``as_completed`` so no task blocks another.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import pickle
@@ -19,7 +20,7 @@ import numpy as np
 
 from pipeline import __version__
 from pipeline.catalog import build_catalog
-from pipeline.config import Config
+from pipeline.config import Config, is_url
 from pipeline.device import check_request, decide, detect_gpu, load_profile, probe_worker, submit_options, task_work
 from pipeline.errors import ConfigError
 from pipeline.plan import Plan, compute_plan
@@ -34,7 +35,15 @@ from pipeline.report import (
 )
 from pipeline.task import TaskContext, run_partition, warm_up
 from pipeline.workers import WORKER_MALLOC, start_worker_server, worker_start_method
-from pipeline.write import create_store, finalize_store, journal_done, store_config
+from pipeline.write import (
+    create_store,
+    finalize_store,
+    journal_done,
+    put_object,
+    store_config,
+    store_exists,
+    store_stamp,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +89,7 @@ def plan_run(config: Config, clock: StageClock | None = None) -> tuple[Any, Plan
             bands_order=config.inputs.bands,
             key_prefix=f"pipeline-{config.output_hash()}",
             band_attrs=catalog.band_attrs,
+            shards_yx=config.output.shards_yx,
         )
     return catalog, plan
 
@@ -173,9 +183,9 @@ def summarise_plan(config: Config, catalog: Any, plan: Plan, clock: StageClock |
 
 def _prepare_store(config: Config, plan: Plan, *, overwrite: bool, resume: bool) -> set[str]:
     """Create the template, or check the existing store for --resume; return finished partition keys."""
-    path = config.output.path
-    if resume and os.path.exists(path):
-        attrs = store_config(path)
+    path, storage = config.output.path, config.storage
+    if resume and store_exists(path, storage):
+        attrs = store_config(path, storage)
         if attrs.get("pipeline_config_hash") != config.output_hash():
             old = attrs.get("pipeline_settings") or {}
             new = config.output_settings()
@@ -185,12 +195,13 @@ def _prepare_store(config: Config, plan: Plan, *, overwrite: bool, resume: bool)
         if attrs.get("pipeline_complete"):
             logger.info("%s is already complete; nothing to resume", path)
             return set(plan.partitions.keys())
-        done = journal_done(path)
+        done = journal_done(path, storage)
         logger.info("resuming %s: %d of %d partitions already done", path, len(done), len(plan.partitions))
         return done
     create_store(
         plan, path, codec=config.output.codec, level=config.output.level,
         config_hash=config.output_hash(), settings=config.output_settings(), overwrite=overwrite,
+        storage=storage, shards_yx=config.output.shards_yx,
     )  # fmt: skip
     return set()
 
@@ -325,6 +336,8 @@ def run(
         on_error=config.execution.on_error,
         engine=config.resampling_engine,
         grid_width=plan.grid.shape_yx[1],
+        storage=config.storage,
+        store_stamp=store_stamp(config.output.path, [b.name for b in plan.bands], config.storage),
     )
     max_arg = max((len(pickle.dumps(p)) for p in todo), default=0)
 
@@ -335,7 +348,7 @@ def run(
         records, exec_wall, threads, worker_names = _execute(config, todo, ctx, progress, crs, client)
 
     with clock.stage("finalize"):
-        store_bytes = finalize_store(config.output.path)
+        usage = finalize_store(config.output.path, config.storage)
     records.sort(key=lambda r: r["index"])
     skipped = list(catalog.skipped)
     seen = {s["path"] for s in skipped}
@@ -363,7 +376,9 @@ def run(
         },
         "output": {
             "path": config.output.path,
-            "bytes": store_bytes,
+            "bytes": usage.bytes,
+            "objects": usage.data_objects,
+            "objects_bytes": usage.data_bytes,
             "bytes_raw": plan.bytes_out,
             "chunks_written": int(sum(r["chunks"] for r in records)),
             "chunks_degraded": degraded,
@@ -401,5 +416,8 @@ def run(
     }
     report["stragglers"] = compute_stragglers(records)
     report["diagnostics"] = compute_diagnostics(report)
-    write_report(report, config.report_path)
+    if is_url(config.report_path):
+        put_object(config.report_path, json.dumps(report, indent=1, default=str).encode(), config.storage)
+    else:
+        write_report(report, config.report_path)
     return RunResult(report=report, exit_code=3 if skipped else 0, config=config)

@@ -389,8 +389,12 @@ def compute_plan(
     bands_order: tuple[str, ...] | None = None,
     key_prefix: str = "pipeline",
     band_attrs: dict[str, dict[str, float]] | None = None,
+    shards_yx: tuple[int, int] | None = None,
 ) -> Plan:
-    """Plan the whole run. ``tiles`` is the catalog's table (sorted by path: the fuse order)."""
+    """Plan the whole run. ``tiles`` is the catalog's table (sorted by path: the fuse order).
+
+    ``shards_yx``: the store's shard shape (multiples of ``chunks_yx``). Jobs are then ordered shard by
+    shard and partitions hold whole shards, so no two tasks ever write one shard object."""
     footprints = compute_footprints(tiles, crs)
     if bounds is None:
         bounds = (
@@ -455,12 +459,14 @@ def compute_plan(
     keep = (win[:, 2] > win[:, 0]) & (win[:, 3] > win[:, 1])
     tile_of, pair_cy, pair_cx, win = tile_of[keep], pair_cy[keep], pair_cx[keep], win[keep]
 
-    # Group pairs into chunk jobs; order jobs (time, band, cy, cx) so neighbours share files.
+    # Group pairs into chunk jobs; order jobs (time, band, [shard row, shard col,] cy, cx) so neighbours
+    # share files (and a shard's chunks are consecutive).
     itemsize = np.array([np.dtype(b.dtype).itemsize for b in bands])
     band_names, band_code = tiles.codes("band")
     pair_band = np.array([band_index[b] for b in band_names], dtype=np.int64)[band_code][tile_of]
     pair_t = np.searchsorted(times, tiles["date"])[tile_of]
-    order = np.lexsort((tile_of, pair_cx, pair_cy, pair_band, pair_t))
+    per_shard = (1, 1) if shards_yx is None else (shards_yx[0] // ch, shards_yx[1] // cw)
+    order = np.lexsort((tile_of, pair_cx, pair_cy, pair_cx // per_shard[1], pair_cy // per_shard[0], pair_band, pair_t))
     tile_of, pair_cy, pair_cx, win = tile_of[order], pair_cy[order], pair_cx[order], win[order]
     pair_band, pair_t = pair_band[order], pair_t[order]
     pair_bytes = (win[:, 2] - win[:, 0]) * (win[:, 3] - win[:, 1]) * itemsize[pair_band]
@@ -483,7 +489,11 @@ def compute_plan(
     read_bytes = np.add.reduceat(pair_bytes, job_first) if n_pairs else np.zeros(0, dtype=np.int64)
     job_cost = (read_bytes + out_px * itemsize[job_band]).astype(np.int64)
     group_first = np.flatnonzero(np.diff(np.stack([job_t, job_band]), axis=1, prepend=-1).any(axis=0))
-    part_start = pack_partitions(job_cost, partition_mb * 1e6, group_start=group_first)
+    unit_first = None
+    if shards_yx is not None:
+        shard_of = np.stack([job_t, job_band, job_cy // per_shard[0], job_cx // per_shard[1]])
+        unit_first = np.flatnonzero(np.diff(shard_of, axis=1, prepend=-1).any(axis=0))
+    part_start = pack_partitions(job_cost, partition_mb * 1e6, group_start=group_first, unit_start=unit_first)
 
     tables = PlanTables(
         paths=paths, crs=tiles["crs"].astype(object), nodata=tiles["nodata"].astype("f8"),
@@ -513,8 +523,13 @@ def compute_plan(
 
 
 def pack_partitions(job_cost: np.ndarray, target_bytes: float, split_factor: float = 3.0,
-                    group_start: np.ndarray | None = None, snap: float = SNAP_TO_GROUP) -> np.ndarray:  # fmt: skip
+                    group_start: np.ndarray | None = None, snap: float = SNAP_TO_GROUP,
+                    unit_start: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
     """Offsets of partitions over the jobs, in job order.
+
+    ``unit_start``: the first job of each run of jobs that must stay in one partition (one shard's
+    chunks); partitions are then packed over these units, cut only at their starts. Every group start
+    must be a unit start.
 
     K = ceil(total / target) partitions cut where the cumulative cost crosses each k/K of the total,
     so tiny jobs are batched and partitions are even (within one job). ``group_start``: the first job
@@ -527,6 +542,12 @@ def pack_partitions(job_cost: np.ndarray, target_bytes: float, split_factor: flo
     n = len(job_cost)
     if n == 0:
         return np.zeros(1, dtype=np.int64)
+    if unit_start is not None:
+        units = np.asarray(unit_start, dtype=np.int64)
+        unit_cost = np.add.reduceat(np.asarray(job_cost), units)
+        groups = None if group_start is None else np.searchsorted(units, group_start)
+        bounds = pack_partitions(unit_cost, target_bytes, split_factor, groups, snap)
+        return np.append(units, n)[bounds]
     csum = np.concatenate([[0.0], np.cumsum(job_cost, dtype="f8")])
     k = max(1, math.ceil(csum[-1] / target_bytes))
     ideal = csum[-1] * np.arange(1, k) / k

@@ -122,6 +122,26 @@ def compute_stragglers(tasks: list[dict[str, Any]], factor: float = 3.0) -> list
     return sorted(out, key=lambda s: -s["duration_s"])
 
 
+SMALL_OBJECT_BYTES = 1_000_000
+"""Warn when the store's chunk (or shard) objects average below this: each is one request to write and
+one to read, and object stores charge per request and take ~10-100 ms per request to first byte."""
+
+
+def check_object_sizes(output: dict[str, Any]) -> list[dict[str, str]]:
+    """Diagnostic for a store in a bucket: the mean size of the objects the run wrote (advice: shard, or
+    larger chunks). nothing for a local store, where a small file costs no request."""
+    if "://" not in str(output.get("path", "")):
+        return []
+    objects, size = int(output.get("objects") or 0), int(output.get("objects_bytes") or 0)
+    mean = size / objects if objects else 0.0
+    return [_check(
+        "object_size", objects > 1 and mean < SMALL_OBJECT_BYTES,
+        f"{objects} chunk objects, {mean / 1e6:.2f} MB on average",
+        "small objects cost a request each (and, in a bucket, money and latency): set output.shards "
+        "(one object per shard of many chunks) or larger output.chunks",
+    )]  # fmt: skip
+
+
 def compute_diagnostics(report: dict[str, Any]) -> list[dict[str, str]]:
     """One entry per check, computed from the report's own numbers only."""
     tasks = report["tasks"]
@@ -133,7 +153,7 @@ def compute_diagnostics(report: dict[str, Any]) -> list[dict[str, str]]:
     workers = report["workers"]
     used = [w for w, v in workers.items() if v["tasks"] > 0]
     local_cores = int(ex.get("cores", 1)) if ex.get("scheduler") == "local" else 1
-    out = []
+    out = check_object_sizes(report.get("output", {}))
 
     out.append(_check(
         "workers_used", n > 1 and len(used) <= 1 and (len(workers) > 1 or local_cores > 1),

@@ -6,7 +6,11 @@ One place turns the config's ``storage:`` section into the clients the stages us
   the Zarr writer;
 - :func:`gdal_options` -- the GDAL config options a worker reads tiles with (``/vsis3/``,
   ``/vsicurl/``): the cloud defaults, the endpoint, then ``inputs.gdal_env`` on top;
-- :func:`vsi_path` -- the GDAL path of a URL.
+- :func:`vsi_path` -- the GDAL path of a URL;
+- :func:`cached_store` and ``read_bytes``/``write_bytes``/``delete_keys``/``list_keys`` -- the one byte
+  interface the Zarr writer puts every object through (atomic puts, locally and in a bucket);
+- :func:`zarr_store` and :func:`storage_options` -- how readers open the cube (zarr-python's
+  ``ObjectStore``, or fsspec/s3fs options for ``xr.open_zarr(url, storage_options=...)``).
 
 Credentials are never part of a :class:`~pipeline.config.StorageConfig`: every process resolves them
 itself from the usual AWS chain (environment, ``profile``, instance role), so they never travel in a
@@ -15,13 +19,17 @@ task graph, a report or an index. :func:`redact` scrubs them from any text that 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from pipeline.config import StorageConfig, is_url
+from pipeline.config import is_url
 from pipeline.errors import ConfigError
+
+if TYPE_CHECKING:  # the model imports pydantic; workers need only its attributes
+    from pipeline.config_model import StorageConfig
 
 # GDAL options for reading cloud-optimised GeoTIFFs over HTTP, set once per worker (see read.py).
 CLOUD_DEFAULTS: dict[str, Any] = {
@@ -157,3 +165,94 @@ def redact(text: str) -> str:
     for rx in _SECRET_PATTERNS:
         text = rx.sub(lambda m: m.group(1) + (m.group(2) if m.lastindex and m.lastindex >= 2 else "") + "***", text)
     return text
+
+
+_cached: dict[tuple[Any, ...], Any] = {}
+
+
+def cached_store(url: str, storage: StorageConfig | None = None) -> Any:
+    """:func:`object_store` for ``url``, made once per process (a worker writes every chunk through one
+    client and its connection pool). Keyed by process id: a forked child makes its own."""
+    storage = storage or default_storage()
+    key = (os.getpid(), url, storage.endpoint_url, storage.region, storage.anonymous, storage.profile)
+    store = _cached.get(key)
+    if store is None:
+        store = _cached[key] = object_store(url, storage)
+    return store
+
+
+def read_bytes(store: Any, key: str) -> bytes | None:
+    """The object at ``key``, or None where there is none."""
+    import obstore
+
+    try:
+        return bytes(obstore.get(store, key).bytes())
+    except FileNotFoundError:
+        return None
+
+
+def write_bytes(store: Any, key: str, payload: bytes) -> None:
+    """Put ``payload`` at ``key`` whole or not at all: an S3 PUT is atomic, and obstore's local store
+    writes a staging file beside the target and renames it into place."""
+    import obstore
+
+    obstore.put(store, key, payload)
+
+
+def delete_keys(store: Any, keys: list[str]) -> None:
+    """Delete ``keys`` (missing ones are no error); S3 deletes up to 1,000 per request."""
+    import obstore
+
+    for i in range(0, len(keys), 1000):
+        batch = keys[i : i + 1000]
+        try:
+            obstore.delete(store, batch)
+        except FileNotFoundError:  # the local store refuses a missing key: delete the rest one by one
+            for k in batch:
+                with contextlib.suppress(FileNotFoundError):
+                    obstore.delete(store, k)
+
+
+def list_keys(store: Any, prefix: str | None = None) -> list[tuple[str, int]]:
+    """(key, size) of every object under ``prefix`` (one paginated listing)."""
+    import obstore
+
+    try:
+        return [(m["path"], int(m["size"])) for batch in obstore.list(store, prefix) for m in batch]
+    except FileNotFoundError:
+        return []
+
+
+def storage_options(storage: StorageConfig) -> dict[str, Any]:
+    """fsspec/s3fs options for ``storage`` (``xr.open_zarr("s3://...", storage_options=...)``); no credential."""
+    options: dict[str, Any] = {}
+    if storage.anonymous:
+        options["anon"] = True
+    if storage.profile:
+        options["profile"] = storage.profile
+    client: dict[str, Any] = {}
+    if storage.endpoint_url:
+        client["endpoint_url"] = storage.endpoint_url
+    if storage.region:
+        client["region_name"] = storage.region
+    if client:
+        options["client_kwargs"] = client
+    return options
+
+
+def zarr_store(url: str, storage: StorageConfig | None = None, *, read_only: bool = True) -> Any:
+    """zarr-python's store for ``url``: ``LocalStore`` for a path, ``ObjectStore`` over obstore for a URL
+    (``xr.open_zarr(zarr_store(url, storage))`` opens the cube without s3fs)."""
+    import zarr.storage
+
+    storage = storage or default_storage()
+    if scheme(url) == "file":
+        return zarr.storage.LocalStore(url, read_only=read_only)
+    return zarr.storage.ObjectStore(object_store(url, storage), read_only=read_only)
+
+
+def default_storage() -> StorageConfig:
+    """The storage section's defaults (AWS, signed requests), built only when none is given."""
+    from pipeline.config_model import StorageConfig
+
+    return StorageConfig()

@@ -21,7 +21,7 @@ from pipeline.plan import BandSpec, Partition
 from pipeline.read import open_count, read_window
 from pipeline.resample import FirstValid, fuse_arrays
 from pipeline.warp import RowSpan, warp_window
-from pipeline.write import journal_record, write_chunk
+from pipeline.write import StoreWriter, journal_record
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,11 @@ class TaskContext:
     """Columns in the grid's rows: reprojection positions are approximated along whole rows (no seams)."""
     skip_covered: bool = True
     """first/last fusion: skip reading and resampling where earlier tiles already filled the chunk."""
+    storage: Any = None
+    """The config's :class:`~pipeline.config.StorageConfig` (endpoint, region; never a credential: each
+    worker resolves those from its own AWS chain), for an ``s3://`` store."""
+    store_stamp: str | None = None
+    """:func:`pipeline.write.store_stamp` of the store: workers read its metadata once per process."""
 
 
 def _worker_name() -> str:
@@ -88,7 +93,7 @@ def warm_up(
             same_crs(tile_crs, ctx.grid_crs)
             transform_points(ctx.grid_crs, tile_crs, np.array([0.0]), np.array([0.0]))
         for band in ctx.bands:
-            open_array(ctx.store_path, band.name)
+            open_array(ctx.store_path, band.name, ctx.storage, ctx.store_stamp)
     if log_level is not None:
         logging.getLogger("distributed").setLevel(log_level)
     return os.getpid()
@@ -120,6 +125,7 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
     skipped: list[dict[str, str]] = []
     degraded: list[str] = []
     bands = {b.name: b for b in ctx.bands}
+    writer = StoreWriter(ctx.store_path, ctx.storage, ctx.store_stamp)
     for job in partition.jobs:
         band = bands[job.band]
         r0, c0, h, w = job.window
@@ -175,10 +181,13 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
         if fused is None:
             continue
         t3 = time.perf_counter()
-        bytes_written += write_chunk(ctx.store_path, job.band, job.t, job.window, fused)
+        bytes_written += writer.write_chunk(job.band, job.t, job.window, fused)
         resample_s += t3 - t2
         write_s += time.perf_counter() - t3
-    journal_record(ctx.store_path, partition.key)
+    t4 = time.perf_counter()
+    writer.flush()  # a sharded array's shards, each whole
+    journal_record(ctx.store_path, partition.key, ctx.storage)
+    write_s += time.perf_counter() - t4
     return {
         "id": partition.key,
         "index": partition.index,

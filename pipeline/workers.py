@@ -21,7 +21,7 @@ import sys
 
 WORKER_PRELOAD = ("numpy", "numcodecs", "rasterio", "rasterio.warp", "distributed", "pipeline.task")
 """Modules the fork server imports once for every worker. Not zarr-python: workers write chunks themselves
-(:func:`pipeline.write.write_chunk`) and import it only for a codec chain they cannot run directly."""
+(:class:`pipeline.write.StoreWriter`) and import it only for a codec chain they cannot run directly."""
 
 WORKER_MALLOC = {"MALLOC_TRIM_THRESHOLD_": 64 << 20, "MALLOC_MMAP_THRESHOLD_": 16 << 20}
 """glibc's allocator settings for local workers: heap-allocate below 16 MiB, trim above 64 MiB.

@@ -73,7 +73,10 @@ def s3_server() -> Any:
 def s3_bucket(s3_server: Any, request: pytest.FixtureRequest) -> str:
     """A fresh, empty bucket on the session's S3 server; its name."""
     import re
+    import zlib
 
-    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-") + f"-{os.getpid() % 10000}"
+    # Parametrised tests share a long name's first 40 characters: a checksum of the whole keeps them apart.
+    tag = f"{zlib.crc32(request.node.nodeid.encode()):08x}"
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-") + f"-{tag}-{os.getpid() % 10000}"
     s3_server.client().create_bucket(Bucket=name)
     return name
