@@ -22,6 +22,7 @@ from pipeline.catalog import build_catalog
 from pipeline.config import Config
 from pipeline.device import check_request, decide, detect_gpu, load_profile, probe_worker, submit_options, task_work
 from pipeline.errors import ConfigError
+from pipeline.netstats import summarise as summarise_network
 from pipeline.plan import Plan, compute_plan
 from pipeline.report import (
     StageClock,
@@ -296,6 +297,8 @@ def run(
         on_error=config.execution.on_error,
         engine=config.resampling_engine,
         grid_width=plan.grid.shape_yx[1],
+        storage=config.storage,
+        gdal_env=tuple(sorted((str(k), str(v)) for k, v in config.inputs.gdal_env.items())),
     )
     max_arg = max((len(pickle.dumps(p)) for p in todo), default=0)
 
@@ -316,6 +319,7 @@ def run(
                 seen.add(s["path"])
                 skipped.append(s)
     degraded = sorted({c for r in records for c in r.pop("degraded_chunks")})
+    network = summarise_network([catalog.network, *(r.pop("network", None) for r in records)])
     wall = clock.elapsed()
     stages, stage_task_s = compute_stages(wall, clock.seconds, records, threads)
     report: dict[str, Any] = {
@@ -370,6 +374,7 @@ def run(
             "decisions": [{"task": r["id"], "device": r["device"], "reason": r["device_reason"]} for r in records],
         },
     }
+    report["network"] = network
     report["stragglers"] = compute_stragglers(records)
     report["diagnostics"] = compute_diagnostics(report)
     write_report(report, config.report_path)

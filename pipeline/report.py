@@ -211,7 +211,28 @@ def compute_diagnostics(report: dict[str, Any]) -> list[dict[str, str]]:
         "workers sat idle while work remained: a worker that cannot run these tasks (resources, memory), "
         "or a driver that submits too slowly",
     ))  # fmt: skip
+    out.extend(_network_checks(report.get("network") or {}))
     return out
+
+
+READ_AMPLIFICATION_WARN = 2.0
+"""Warn when remote reads fetched over this many times the compressed bytes their windows cover."""
+
+
+def _network_checks(net: dict[str, Any]) -> list[dict[str, str]]:
+    """Remote reads: read amplification (bytes fetched over bytes the windows need) and retries."""
+    if not net.get("requests"):
+        return []
+    needed, fetched = net.get("bytes_needed", 0), net.get("bytes_fetched", 0)
+    ratio = fetched / needed if needed else float("inf")
+    return [_check(
+        "read_amplification", ratio > READ_AMPLIFICATION_WARN,
+        f"fetched {fetched / 1e6:.1f} MB for {needed / 1e6:.1f} MB of tile blocks the windows cover "
+        f"({ratio:.1f}x) in {net['requests']} requests, {net.get('retries', 0)} retried",
+        "reads fetch far more than they use: chunks (output.chunks) that align with the tiles' blocks, "
+        "smaller CPL_VSIL_CURL_CHUNK_SIZE or GDAL_INGESTED_BYTES_AT_OPEN in inputs.gdal_env, or "
+        "cloud-optimised tiles (internal tiling, overviews) cut it",
+    )]  # fmt: skip
 
 
 def format_report(report: dict[str, Any]) -> str:

@@ -157,3 +157,129 @@ def redact(text: str) -> str:
     for rx in _SECRET_PATTERNS:
         text = rx.sub(lambda m: m.group(1) + (m.group(2) if m.lastindex and m.lastindex >= 2 else "") + "***", text)
     return text
+
+
+# --- listing objects for inputs ---------------------------------------------------------------------
+
+
+def glob_prefix(key_pattern: str) -> str:
+    """The longest literal prefix of a key glob, up to its last ``/``: what one listing request covers."""
+    cut = min((i for i, ch in enumerate(key_pattern) if ch in "*?["), default=len(key_pattern))
+    if cut == len(key_pattern):
+        return key_pattern
+    return key_pattern[: key_pattern.rfind("/", 0, cut) + 1]
+
+
+def glob_regex(key_pattern: str) -> re.Pattern[str]:
+    """A key glob as a regex: ``**/`` any number of folders, ``**`` anything, ``*`` and ``?`` within one
+    folder (never across ``/``), ``[...]`` a character class."""
+    out, i = [], 0
+    while i < len(key_pattern):
+        ch = key_pattern[i]
+        if key_pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if key_pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if ch == "*":
+            out.append("[^/]*")
+        elif ch == "?":
+            out.append("[^/]")
+        elif ch == "[" and "]" in key_pattern[i + 1 :]:
+            end = key_pattern.index("]", i + 1)
+            body = key_pattern[i + 1 : end]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\") + "]")
+            i = end
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def is_glob(path: str) -> bool:
+    return any(ch in path for ch in "*?[")
+
+
+def list_objects(pattern: str, storage: StorageConfig) -> list[tuple[str, int, int, str]]:
+    """The objects an ``s3://bucket/prefix/**/*.tif`` glob names: ``(url, size, last_modified_ns, etag)``
+    from ONE prefix listing (paged by the store), matched client side; never a request per object. A
+    key without wildcards is one HEAD request; [] when it does not exist.
+
+    Raises ConfigError naming the bucket or endpoint (and no secret) when the listing itself fails."""
+    bucket, key_pattern = split_url(pattern)
+    prefix = glob_prefix(key_pattern)
+    rx = glob_regex(key_pattern)
+    import obstore
+    import obstore.exceptions
+
+    store = object_store(f"s3://{bucket}", storage)
+    found = []
+    try:
+        if not is_glob(key_pattern):  # one named object: one HEAD (a listing's prefix is a folder)
+            try:
+                meta = obstore.head(store, key_pattern)
+            except (FileNotFoundError, obstore.exceptions.NotFoundError):
+                return []
+            modified = meta["last_modified"]
+            return [(pattern, int(meta["size"]), int(modified.timestamp() * 1e9) if modified else 0,
+                     str(meta.get("e_tag") or ""))]  # fmt: skip
+        for batch in obstore.list(store, prefix=prefix or None, chunk_size=1000):
+            for meta in batch:
+                key = meta["path"]
+                if rx.match(key):
+                    modified = meta["last_modified"]
+                    found.append((
+                        f"s3://{bucket}/{key}", int(meta["size"]),
+                        int(modified.timestamp() * 1e9) if modified else 0, str(meta.get("e_tag") or ""),
+                    ))  # fmt: skip
+    except Exception as e:  # noqa: BLE001 - obstore's errors, turned into what the user can act on
+        raise store_error(e, f"s3://{bucket}/{prefix}", storage) from None
+    return found
+
+
+def store_error(error: BaseException, url: str, storage: StorageConfig) -> ConfigError:
+    """A ConfigError for a failed request to ``url`` that says which setting to check; no secret in it."""
+    text = redact(str(error))
+    first = text.strip().splitlines()[0][:300] if text.strip() else type(error).__name__
+    bucket = urlsplit(url).netloc
+    where = storage.endpoint_url or "AWS S3"
+    if "NoSuchBucket" in text or "bucket does not exist" in text:
+        return ConfigError(
+            "inputs.paths",
+            f"bucket {bucket!r} does not exist at {where}: check the bucket name, and storage.endpoint_url / "
+            "storage.region if the bucket lives elsewhere",
+        )
+    if any(s in text for s in ("tcp connect error", "ConnectionRefused", "dns error", "Connection refused",
+                                "error sending request", "timed out", "Timeout")):  # fmt: skip
+        return ConfigError(
+            "storage.endpoint_url",
+            f"cannot reach {where} to list {url} ({first}): check storage.endpoint_url and the network",
+        )
+    if any(s in text for s in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403 Forbidden",
+                                "ExpiredToken", "InvalidToken", "Unauthenticated", "credential")):  # fmt: skip
+        return ConfigError(
+            "storage",
+            f"{where} refused the credentials for bucket {bucket!r} ({_error_code(text)}): check the AWS "
+            "credentials in the environment or storage.profile, or set storage.anonymous: true for a public "
+            "bucket",
+        )
+    return ConfigError("inputs.paths", f"listing {url} at {where} failed: {first}")
+
+
+def _error_code(text: str) -> str:
+    m = re.search(r"<Code>([^<]+)</Code>", text)
+    return m.group(1) if m else "access denied"
+
+
+def head_url(url: str) -> tuple[int, int, str]:
+    """``(size, last_modified_ns, etag)`` of an ``http(s)://`` object: one HEAD request."""
+    import obstore
+    import obstore.store as obs
+
+    base, _, name = url.rpartition("/")
+    meta = obstore.head(obs.HTTPStore.from_url(base), name)
+    modified = meta["last_modified"]
+    return int(meta["size"]), int(modified.timestamp() * 1e9) if modified else 0, str(meta.get("e_tag") or "")

@@ -15,10 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from pipeline import netstats
+from pipeline.config import StorageConfig
 from pipeline.errors import TileReadError
 from pipeline.grid import offset_transform
 from pipeline.plan import BandSpec, Partition
-from pipeline.read import open_count, read_window
+from pipeline.read import configure_reads, open_count, read_window
 from pipeline.resample import FirstValid, fuse_arrays
 from pipeline.warp import RowSpan, warp_window
 from pipeline.write import journal_record, write_chunk
@@ -39,6 +41,11 @@ class TaskContext:
     """Columns in the grid's rows: reprojection positions are approximated along whole rows (no seams)."""
     skip_covered: bool = True
     """first/last fusion: skip reading and resampling where earlier tiles already filled the chunk."""
+    storage: StorageConfig | None = None
+    """Where remote tiles live (endpoint, region, anonymous, profile): never credentials, which each
+    worker resolves from its own AWS chain."""
+    gdal_env: tuple[tuple[str, str], ...] = ()
+    """``inputs.gdal_env`` as (option, value) pairs, over the cloud defaults for remote reads."""
 
 
 def _worker_name() -> str:
@@ -112,6 +119,7 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
         gpu = detect_gpu()
         if not gpu.available:
             device, reason = "cpu", f"assigned to the GPU but this worker has none ({gpu.reason})"
+    configure_reads(ctx.storage, ctx.gdal_env)
     start = time.time()
     opened_before = open_count()
     read_s = resample_s = write_s = 0.0
@@ -200,4 +208,5 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
         "cost_bytes": partition.cost_bytes,
         "skipped": skipped,
         "degraded_chunks": degraded,
+        "network": netstats.take(),
     }

@@ -1,0 +1,131 @@
+"""What the reads cost on the network: GDAL's own request counters, retries, read latencies.
+
+GDAL counts the requests and bytes of its network file systems (``/vsis3/``, ``/vsicurl/``) when
+``CPL_VSIL_NETWORK_STATS_ENABLED`` is on; rasterio does not expose those counters, so they are read
+from rasterio's own libgdal through ctypes. Retries are GDAL's "Retrying again in" warnings, which
+rasterio logs on the ``rasterio._env`` logger. Latencies are timed here, per remote windowed read (an
+open where the file was not yet open, plus the read): one read can be several HTTP requests, or none
+when GDAL's cache holds its blocks.
+
+The counters are per process and cumulative; :func:`take` hands out what happened since the last
+``take`` in this process, so per-task parts add up to the process's total whatever the threads do.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import json
+import logging
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {"lib": None, "enabled": False, "last": (0, 0, 0), "retries": 0}
+_reads: list[tuple[float, int]] = []  # (seconds, bytes needed) per remote read since the last take
+
+
+def _gdal() -> Any:
+    """rasterio's libgdal (the one its reads go through), or None where it cannot be found."""
+    if _state["lib"] is None:
+        import rasterio
+
+        libs = os.path.join(os.path.dirname(os.path.dirname(rasterio.__file__)), "rasterio.libs")
+        found = sorted(glob.glob(os.path.join(libs, "libgdal*.so*")))
+        lib: Any
+        try:
+            lib = ctypes.CDLL(found[0]) if found else ctypes.CDLL("libgdal.so")
+            lib.VSINetworkStatsGetAsSerializedJSON.restype = ctypes.c_void_p
+            lib.VSINetworkStatsGetAsSerializedJSON.argtypes = [ctypes.c_char_p]
+            lib.VSIFree.argtypes = [ctypes.c_void_p]
+            lib.CPLSetConfigOption.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+        except (OSError, AttributeError):
+            lib = False
+        _state["lib"] = lib
+    return _state["lib"] or None
+
+
+class _RetryCounter(logging.Filter):
+    """Counts GDAL's retry warnings as rasterio logs them; lets every record through."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "Retrying again in" in str(record.msg) or "Retrying again in" in record.getMessage():
+            with _lock:
+                _state["retries"] += 1
+        return True
+
+
+def enable() -> None:
+    """Turn on GDAL's network counters and the retry count in this process (once; idempotent)."""
+    with _lock:
+        if _state["enabled"]:
+            return
+        _state["enabled"] = True
+    lib = _gdal()
+    if lib is not None:
+        lib.CPLSetConfigOption(b"CPL_VSIL_NETWORK_STATS_ENABLED", b"YES")
+        lib.VSINetworkStatsReset()  # GDAL reads the option again after a reset
+    logging.getLogger("rasterio._env").addFilter(_RetryCounter())
+
+
+def _counters() -> tuple[int, int, int]:
+    """(requests, bytes fetched, retries) of this process so far."""
+    lib = _gdal() if _state["enabled"] else None
+    requests = fetched = 0
+    if lib is not None:
+        ptr = lib.VSINetworkStatsGetAsSerializedJSON(None)
+        if ptr:
+            try:
+                stats = json.loads(ctypes.string_at(ptr).decode())
+            finally:
+                lib.VSIFree(ptr)
+            for method in (stats.get("methods") or {}).values():
+                requests += int(method.get("count", 0))
+                fetched += int(method.get("downloaded_bytes", 0))
+    return requests, fetched, int(_state["retries"])
+
+
+def record_read(seconds: float, bytes_needed: int) -> None:
+    """One remote windowed read: how long it took and the compressed bytes of the blocks it covers."""
+    with _lock:
+        _reads.append((seconds, bytes_needed))
+
+
+def take() -> dict[str, Any] | None:
+    """What this process fetched since the last call: {requests, bytes_fetched, bytes_needed, retries,
+    read_ms: [...]}, or None when it read nothing remote."""
+    if not _state["enabled"]:
+        return None
+    with _lock:
+        now = _counters()
+        last = _state["last"]
+        _state["last"] = now
+        reads = list(_reads)
+        _reads.clear()
+    return {
+        "requests": now[0] - last[0],
+        "bytes_fetched": now[1] - last[1],
+        "retries": now[2] - last[2],
+        "bytes_needed": int(sum(b for _, b in reads)),
+        "read_ms": [round(s * 1e3, 3) for s, _ in reads],
+    }
+
+
+def summarise(parts: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """The report's ``network`` section from per-task (and the catalog's) parts."""
+    got = [p for p in parts if p]
+    ms = np.array([m for p in got for m in p.get("read_ms", [])], dtype="f8")
+    return {
+        "requests": int(sum(p["requests"] for p in got)),
+        "bytes_fetched": int(sum(p["bytes_fetched"] for p in got)),
+        "bytes_needed": int(sum(p["bytes_needed"] for p in got)),
+        "retries": int(sum(p["retries"] for p in got)),
+        "latency_ms": {
+            "p50": float(np.percentile(ms, 50)) if ms.size else None,
+            "p99": float(np.percentile(ms, 99)) if ms.size else None,
+        },
+        "latency_of": "remote windowed reads (open if not yet open + read), not single HTTP requests",
+    }
