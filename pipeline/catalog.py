@@ -326,6 +326,10 @@ def build_catalog(config: Config, max_threads: int = 8) -> Catalog:
             return path, None, f"{type(e).__name__}: {e}"
 
     fresh = []
+    if any(is_url(p) for p in to_read):
+        from pipeline import netstats
+
+        netstats.enable()  # once, before the reading threads start
     if to_read:
         with ThreadPoolExecutor(min(max_threads, len(to_read))) as pool:
             for path, header, error in pool.map(read_one, to_read):

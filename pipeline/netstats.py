@@ -60,15 +60,15 @@ class _RetryCounter(logging.Filter):
 
 def enable() -> None:
     """Turn on GDAL's network counters and the retry count in this process (once; idempotent)."""
-    with _lock:
+    with _lock:  # held while the option is set: no thread of ours opens a remote file meanwhile
         if _state["enabled"]:
             return
+        lib = _gdal()
+        if lib is not None:
+            lib.CPLSetConfigOption(b"CPL_VSIL_NETWORK_STATS_ENABLED", b"YES")
+            lib.VSINetworkStatsReset()  # GDAL reads the option again after a reset
+        logging.getLogger("rasterio._env").addFilter(_RetryCounter())
         _state["enabled"] = True
-    lib = _gdal()
-    if lib is not None:
-        lib.CPLSetConfigOption(b"CPL_VSIL_NETWORK_STATS_ENABLED", b"YES")
-        lib.VSINetworkStatsReset()  # GDAL reads the option again after a reset
-    logging.getLogger("rasterio._env").addFilter(_RetryCounter())
 
 
 def _counters() -> tuple[int, int, int]:

@@ -275,6 +275,12 @@ def format_report(report: dict[str, Any]) -> str:
     dev = report["devices"]
     reason = dev["decisions"][0]["reason"] if dev["decisions"] else ""
     lines.append(f"devices: cpu {dev['cpu']} tasks, gpu {dev['gpu']} tasks ({reason})")
+    net = report.get("network") or {}
+    if net.get("requests"):
+        lat = net.get("latency_ms") or {}
+        lines.append(f"network: {net['requests']} requests, {net['bytes_fetched'] / 1e6:.1f} MB fetched for "
+                     f"{net['bytes_needed'] / 1e6:.1f} MB needed, {net['retries']} retries, read latency "
+                     f"p50 {lat.get('p50') or 0:.1f} ms, p99 {lat.get('p99') or 0:.1f} ms")  # fmt: skip
     if report["inputs"]["skipped"]:
         lines.append(f"skipped inputs: {len(report['inputs']['skipped'])}")
         lines += [f"  {s['path']}: {s['error']}" for s in report["inputs"]["skipped"][:10]]

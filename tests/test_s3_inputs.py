@@ -18,8 +18,9 @@ from pipeline.catalog import build_catalog, find_inputs
 from pipeline.config import StorageConfig, load_config
 from pipeline.errors import ConfigError
 from pipeline.execute import plan_run, run
+from pipeline.report import compute_diagnostics, format_report
 from pipeline.storage import list_objects
-from tests.conftest import write_config
+from tests.conftest import PATTERN, write_config
 from tests.faultproxy import FaultProxy
 from tests.s3server import TEST_CREDENTIALS, free_port, start_moto, upload_tree
 
@@ -46,7 +47,9 @@ def assert_same_cube(a: str, b: str) -> None:
 def local_run(tmp_path_factory: pytest.TempPathFactory, small_dir: Path) -> Any:
     """The reference: the small fixture read from local disk (1 worker)."""
     folder = tmp_path_factory.mktemp("local")
-    cfg = load_config(write_config(folder, str(small_dir / "**" / "*.tif"), execution={"workers": 1, "partition_mb": 1}))
+    cfg = load_config(
+        write_config(folder, str(small_dir / "**" / "*.tif"), execution={"workers": 1, "partition_mb": 1})
+    )
     return cfg, run(cfg)
 
 
@@ -67,7 +70,12 @@ def test_s3_glob_run_gives_the_local_cube_bit_for_bit(tmp_path, s3_server, s3_bu
     assert net["requests"] > 0 and net["bytes_fetched"] > 0 and net["bytes_needed"] > 0
     assert net["retries"] == 0 and net["latency_ms"]["p50"] > 0
     assert local.report["network"]["requests"] == 0  # local reads make no request
-    assert any(d["check"] == "read_amplification" for d in result.report["diagnostics"])
+    amplification = next(d for d in result.report["diagnostics"] if d["check"] == "read_amplification")
+    assert amplification["status"] == ("warn" if net["bytes_fetched"] > 2 * net["bytes_needed"] else "ok")
+    wasteful = {**result.report, "network": {**net, "bytes_needed": net["bytes_fetched"] // 3}}
+    warned = next(d for d in compute_diagnostics(wasteful) if d["check"] == "read_amplification")
+    assert warned["status"] == "warn" and "3.0x" in warned["detail"] and "inputs.gdal_env" in warned["advice"]
+    assert f"network: {net['requests']} requests" in format_report(result.report)
     text = str(result.report)
     assert TEST_CREDENTIALS["AWS_SECRET_ACCESS_KEY"] not in text and TEST_CREDENTIALS["AWS_ACCESS_KEY_ID"] not in text
 
@@ -91,8 +99,8 @@ def test_a_glob_is_one_listing_and_matches_keys_client_side(s3_server, s3_bucket
 
 def test_mixed_local_and_s3_paths_keep_sorted_order(tmp_path, s3_server, s3_bucket, small_dir):
     upload_tree(s3_server.client(), small_dir / "2024-06-01", s3_bucket, "tiles/2024-06-01")
-    cfg = s3_config(tmp_path, s3_bucket, s3_server.endpoint_url,
-                    f"inputs.paths=[{small_dir}/2024-06-11/*.tif, s3://{s3_bucket}/tiles/2024-06-01/*.tif]")  # fmt: skip
+    paths = f"inputs.paths=[{small_dir}/2024-06-11/*.tif, s3://{s3_bucket}/tiles/2024-06-01/*.tif]"
+    cfg = s3_config(tmp_path, s3_bucket, s3_server.endpoint_url, paths)
     paths = find_inputs(cfg)
     assert paths == sorted(paths)
     remote = [p for p in paths if p.startswith("s3://")]
@@ -201,3 +209,21 @@ def test_reads_through_a_faulty_network_give_the_same_cube_and_count_retries(
     assert net["retries"] > 0
     # GDAL retried what the proxy broke on its reads (the listing's retries are obstore's, not counted).
     assert net["retries"] <= proxy.counts["slow_down"] + proxy.counts["reset"]
+
+
+def test_https_urls_taken_as_given_next_to_a_local_glob(tmp_path, s3_server, s3_bucket, small_dir, local_run):
+    """Plain URLs (here moto's http:// URLs of public objects, read unsigned) and a local glob in one run."""
+    local_cfg, _ = local_run
+    client = s3_server.client()
+    urls = upload_tree(client, small_dir / "2024-06-01", s3_bucket, "tiles/2024-06-01")
+    for url in urls:
+        client.put_object_acl(Bucket=s3_bucket, Key=url.split(f"{s3_bucket}/", 1)[1], ACL="public-read")
+    http = [u.replace("s3://", f"{s3_server.endpoint_url}/") for u in urls]
+    inputs = {"paths": [*http, str(small_dir / "2024-06-11" / "*.tif")], "pattern": PATTERN}
+    cfg = load_config(write_config(tmp_path, "", inputs=inputs, execution={"workers": 1, "partition_mb": 1}))
+    result = run(cfg)
+    assert result.exit_code == 0, result.report["inputs"]["skipped"]
+    assert result.report["inputs"]["files"] == len(list(small_dir.rglob("*.tif")))
+    assert result.report["inputs"]["bytes"] == sum(p.stat().st_size for p in small_dir.rglob("*.tif"))
+    assert_same_cube(local_cfg.output.path, cfg.output.path)
+    assert result.report["network"]["requests"] > 0
