@@ -274,6 +274,10 @@ def run(
     if not config.execution.address:
         start_worker_server()  # its imports overlap the planning below
     catalog, plan = plan_run(config, clock)
+    if config.inputs.trust_index:  # planned without a request: check the store answers before writing
+        from pipeline.storage import check_access
+
+        check_access(list(catalog.tiles["path"]), config.storage)
     if config.execution.device == "gpu" and not config.execution.address:
         check_request("gpu", {"local": asdict(detect_gpu())})  # refuse before anything is written
     config_hash = config.output_hash()

@@ -256,7 +256,7 @@ def store_error(error: BaseException, url: str, storage: StorageConfig) -> Confi
                                 "error sending request", "timed out", "Timeout")):  # fmt: skip
         return ConfigError(
             "storage.endpoint_url",
-            f"cannot reach {where} to list {url} ({first}): check storage.endpoint_url and the network",
+            f"cannot reach {where} for {url} ({first}): check storage.endpoint_url and the network",
         )
     if any(s in text for s in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403 Forbidden",
                                 "ExpiredToken", "InvalidToken", "Unauthenticated", "credential")):  # fmt: skip
@@ -284,3 +284,24 @@ def head_url(url: str) -> tuple[int, int, str]:
     meta = obstore.head(obs.HTTPStore.from_url(base, client_options=options), name)
     modified = meta["last_modified"]
     return int(meta["size"]), int(modified.timestamp() * 1e9) if modified else 0, str(meta.get("e_tag") or "")
+
+
+def check_access(urls: list[str], storage: StorageConfig) -> None:
+    """One ranged GET of the first ``s3://`` object of each bucket in ``urls``: raises the ConfigError of
+    :func:`store_error` for an unknown bucket, an endpoint that does not answer or refused credentials.
+    A missing object passes (it is skipped and listed at read time). For runs planned from a trusted
+    index, whose listing did not prove access; a bucket costs one request."""
+    import obstore
+
+    first: dict[str, str] = {}
+    for url in urls:
+        if url.startswith("s3://"):
+            first.setdefault(url[5:].split("/", 1)[0], url)
+    for bucket, url in first.items():
+        try:
+            obstore.get_range(object_store(f"s3://{bucket}", storage), split_url(url)[1], start=0, end=1)
+        except Exception as e:  # noqa: BLE001 - obstore's errors, sorted below
+            text = str(e)
+            if ("NoSuchKey" in text or "InvalidRange" in text) and "NoSuchBucket" not in text:
+                continue
+            raise store_error(e, url, storage) from None

@@ -130,6 +130,11 @@ def test_index_keyed_by_etag_and_trusted_without_the_store(tmp_path, s3_server, 
     catalog, plan = plan_run(trusted)
     assert len(catalog.tiles) == len(tiles) and len(plan.partitions) > 0
     assert list(catalog.tiles["path"]) == sorted(tiles)
+    # A run does check, once, that the store answers before it writes anything.
+    with pytest.raises(ConfigError) as err:
+        run(trusted)
+    assert err.value.key == "storage.endpoint_url" and dead in str(err.value)
+    assert not os.path.exists(trusted.output.path)
 
 
 def test_missing_and_unreadable_objects_are_skipped_and_listed(tmp_path, s3_server, s3_bucket, tiles):
