@@ -280,7 +280,7 @@ def head_url(url: str) -> tuple[int, int, str]:
     import obstore.store as obs
 
     base, _, name = url.rpartition("/")
-    options = {"allow_http": True} if url.startswith("http://") else None
+    options: Any = {"allow_http": True} if url.startswith("http://") else None
     meta = obstore.head(obs.HTTPStore.from_url(base, client_options=options), name)
     modified = meta["last_modified"]
     return int(meta["size"]), int(modified.timestamp() * 1e9) if modified else 0, str(meta.get("e_tag") or "")
