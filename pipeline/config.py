@@ -418,6 +418,10 @@ def validate(raw: dict[str, Any], source: str | None = None) -> Config:
     if not isinstance(gdal_env, dict) or not all(isinstance(k, str) for k in gdal_env):
         raise ConfigError("inputs.gdal_env", "must be a mapping of GDAL config options, e.g. {GDAL_HTTP_MAX_RETRY: 5}")
     gdal_env = {k: ("YES" if v is True else "NO" if v is False else str(v)) for k, v in gdal_env.items()}
+    secret = [k for k in gdal_env if re.search(r"SECRET|PASSWORD|TOKEN|USERPWD|ACCESS_KEY|CONNECTION_STRING|HEADER", k)]
+    if secret:  # it would travel in the task graph and the report's config
+        raise ConfigError("inputs.gdal_env", f"{secret[0]} holds a credential: give it through the AWS chain "
+                          "(environment, storage.profile, instance role), not the config")  # fmt: skip
     if not isinstance(i["date_format"], str):
         raise ConfigError("inputs.date_format", "must be a strptime format such as '%Y-%m-%d'")
     bands = i["bands"]

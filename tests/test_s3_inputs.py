@@ -232,3 +232,12 @@ def test_https_urls_taken_as_given_next_to_a_local_glob(tmp_path, s3_server, s3_
     assert result.report["inputs"]["bytes"] == sum(p.stat().st_size for p in small_dir.rglob("*.tif"))
     assert_same_cube(local_cfg.output.path, cfg.output.path)
     assert result.report["network"]["requests"] > 0
+
+
+@pytest.mark.parametrize("option", ["AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "GDAL_HTTP_HEADERS"])
+def test_a_credential_in_gdal_env_is_refused(tmp_path, small_dir, option):
+    path = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
+    with pytest.raises(ConfigError) as err:
+        load_config(path, [f"inputs.gdal_env={{{option}: sekrit-value-123}}"])
+    assert err.value.key == "inputs.gdal_env" and option in str(err.value)
+    assert "sekrit-value-123" not in str(err.value)
