@@ -206,21 +206,15 @@ def _list_inputs(config: Config) -> tuple[list[str], dict[str, tuple[int, int, s
 def read_header(path: str, config: Config | None = None) -> dict[str, Any]:
     """Open one file and return its header fields (see the module docstring). A URL is opened through
     GDAL's ``/vsis3/`` or ``/vsicurl/`` with ``config``'s storage settings and ``inputs.gdal_env``."""
-    import rasterio
-
     if is_url(path):
-        from pipeline import netstats
-        from pipeline.storage import gdal_options, rasterio_session, redact, vsi_path
+        from pipeline.config import StorageConfig
+        from pipeline.read import cloud_env
+        from pipeline.storage import redact, vsi_path
 
-        storage = config.storage if config is not None else None
-        if storage is None:
-            from pipeline.config import StorageConfig
-
-            storage = StorageConfig()
-        netstats.enable()
+        storage = config.storage if config is not None else StorageConfig()
         gdal_env = config.inputs.gdal_env if config is not None else {}
         try:
-            with rasterio.Env(session=rasterio_session(storage), **gdal_options(storage, gdal_env)):
+            with cloud_env(storage, gdal_env):
                 return _read_header(vsi_path(path), path)
         except TileReadError as e:
             raise TileReadError(path, redact(e.problem)) from None
@@ -327,9 +321,9 @@ def build_catalog(config: Config, max_threads: int = 8) -> Catalog:
 
     fresh = []
     if any(is_url(p) for p in to_read):
-        from pipeline import netstats
+        from pipeline.read import cloud_env
 
-        netstats.enable()  # once, before the reading threads start
+        cloud_env(config.storage)  # the AWS session and GDAL's network counters: once, before the threads
     if to_read:
         with ThreadPoolExecutor(min(max_threads, len(to_read))) as pool:
             for path, header, error in pool.map(read_one, to_read):

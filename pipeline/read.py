@@ -39,19 +39,34 @@ def configure_reads(storage: StorageConfig | None, gdal_env: tuple[tuple[str, st
     _settings[:] = [storage or StorageConfig(), tuple(gdal_env)]
 
 
-def _enter_cloud_env() -> None:
-    """Enter this thread's cloud ``rasterio.Env`` once (again only if the settings changed) and keep it."""
+_sessions: dict[tuple[Any, ...], Any] = {}
+_sessions_lock = threading.Lock()
+
+
+def cloud_env(storage: StorageConfig, gdal_env: dict[str, Any] | None = None) -> Any:
+    """A ``rasterio.Env`` for remote reads: the cloud GDAL options and this process's AWS session for
+    ``storage``, made once per process (a session costs ~40 ms: it resolves the AWS chain)."""
     import rasterio
 
     from pipeline.storage import gdal_options, rasterio_session
 
+    key = (storage.endpoint_url, storage.region, storage.anonymous, storage.profile)
+    with _sessions_lock:
+        session = _sessions.get(key)
+        if session is None:
+            session = _sessions[key] = rasterio_session(storage)
+    netstats.enable()
+    return rasterio.Env(session=session, **gdal_options(storage, gdal_env))
+
+
+def _enter_cloud_env() -> None:
+    """Enter this thread's cloud ``rasterio.Env`` once (again only if the settings changed) and keep it."""
     key = tuple(_settings)
     held = getattr(_local, "cloud_env", None)
     if held is not None and held[0] == key:
         return
-    netstats.enable()
     storage, gdal_env = key
-    env = rasterio.Env(session=rasterio_session(storage), **gdal_options(storage, dict(gdal_env)))
+    env = cloud_env(storage, dict(gdal_env))
     env.__enter__()  # kept: an Env per open costs more than a small read (see _open_dataset)
     _local.cloud_env = (key, env)
 
