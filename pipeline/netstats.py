@@ -3,9 +3,9 @@
 GDAL counts the requests and bytes of its network file systems (``/vsis3/``, ``/vsicurl/``) when
 ``CPL_VSIL_NETWORK_STATS_ENABLED`` is on; rasterio does not expose those counters, so they are read
 from rasterio's own libgdal through ctypes. Retries are GDAL's "Retrying again in" warnings, which
-rasterio logs on the ``rasterio._env`` logger. Latencies are timed here, per remote windowed read (an
-open where the file was not yet open, plus the read): one read can be several HTTP requests, or none
-when GDAL's cache holds its blocks.
+rasterio logs on the ``rasterio._env`` logger (counted by a filter there). Latencies are timed here,
+per remote windowed read (an open where the file was not yet open, plus the read): one read can be
+several HTTP requests, or none when GDAL's cache holds its blocks.
 
 The counters are per process and cumulative; :func:`take` hands out what happened since the last
 ``take`` in this process, so per-task parts add up to the process's total whatever the threads do.
@@ -49,13 +49,15 @@ def _gdal() -> Any:
 
 
 class _RetryCounter(logging.Filter):
-    """Counts GDAL's retry warnings as rasterio logs them; lets every record through."""
+    """Counts GDAL's retry warnings as rasterio logs them. The logger it sits on is opened to WARNING
+    so they are counted under ``-q`` too; records go on only at the level the ``rasterio`` logger
+    would have let through, so what is printed does not change."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if "Retrying again in" in str(record.msg) or "Retrying again in" in record.getMessage():
+        if record.levelno >= logging.WARNING and "Retrying again in" in record.getMessage():
             with _lock:
                 _state["retries"] += 1
-        return True
+        return record.levelno >= logging.getLogger("rasterio").getEffectiveLevel()
 
 
 def enable() -> None:
@@ -67,7 +69,10 @@ def enable() -> None:
         if lib is not None:
             lib.CPLSetConfigOption(b"CPL_VSIL_NETWORK_STATS_ENABLED", b"YES")
             lib.VSINetworkStatsReset()  # GDAL reads the option again after a reset
-        logging.getLogger("rasterio._env").addFilter(_RetryCounter())
+        gdal_log = logging.getLogger("rasterio._env")
+        gdal_log.addFilter(_RetryCounter())
+        if gdal_log.getEffectiveLevel() > logging.WARNING:
+            gdal_log.setLevel(logging.WARNING)
         _state["enabled"] = True
 
 

@@ -80,6 +80,8 @@ class FaultProxy:
         self.delay_s = delay_s
         self.max_faults = max_faults
         self.counts: Counter[str] = Counter()
+        self.faulted: list[str] = []
+        """Request lines answered 503 or reset, in the order they came."""
         self._seen: Counter[bytes] = Counter()
         self._lock = threading.Lock()
         self._sock = socket.socket()
@@ -135,6 +137,8 @@ class FaultProxy:
                 action = self._decide(request)
                 with self._lock:
                     self.counts[action] += 1
+                    if action in ("slow_down", "reset"):
+                        self.faulted.append(request.split(b"\r\n", 1)[0].decode("latin-1"))
                 if action == "slow_down":
                     conn.sendall(
                         b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\n"

@@ -4,6 +4,7 @@ report's network section, and the errors a user meets (exit 2 and 3)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -164,10 +165,10 @@ def test_an_object_gone_after_indexing_is_skipped_at_read(tmp_path, s3_server, s
     assert [s["path"] for s in result.report["inputs"]["skipped"]] == [gone]
 
 
-def _cli_run(cfg_path: Path, *sets: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    args = [a for s in sets for a in ("--set", s)]
+def _cli_run(cfg_path: Path, *sets: str, extra: tuple[str, ...] | list[str] = ()) -> subprocess.CompletedProcess[str]:
+    args = [a for s in sets for a in ("--set", s)] + list(extra)
     return subprocess.run([sys.executable, "-m", "pipeline", "run", str(cfg_path), *args], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, **(env or {})})  # fmt: skip
+                          text=True, timeout=300)  # fmt: skip
 
 
 def test_unknown_bucket_and_wrong_endpoint_exit_2_naming_them(tmp_path, s3_server, s3_bucket, tiles):
@@ -203,17 +204,24 @@ def test_refused_credentials_exit_2_without_the_secret(tmp_path, monkeypatch):
 def test_reads_through_a_faulty_network_give_the_same_cube_and_count_retries(
     tmp_path, s3_server, s3_bucket, tiles, local_run
 ):
+    """Through the CLI with -q: the driver's header reads count their retries too."""
     local_cfg, _ = local_run
     with FaultProxy(s3_server.endpoint_url, seed=7, error_rate=0.15, reset_rate=0.1, delay_rate=0.1) as proxy:
-        cfg = s3_config(tmp_path, s3_bucket, proxy.url, "inputs.gdal_env={GDAL_HTTP_RETRY_DELAY: 0.05}")
-        result = run(cfg)
+        cfg_path = write_config(
+            tmp_path,
+            f"s3://{s3_bucket}/tiles/**/*.tif",
+            storage={"endpoint_url": proxy.url},
+            execution={"workers": 1, "partition_mb": 1},
+        )
+        r = _cli_run(cfg_path, "inputs.gdal_env={GDAL_HTTP_RETRY_DELAY: 0.05}", extra=["-q"])
     assert proxy.counts["slow_down"] > 0 and proxy.counts["reset"] > 0, proxy.counts
-    assert result.exit_code == 0, result.report["inputs"]["skipped"]
-    assert_same_cube(local_cfg.output.path, cfg.output.path)
-    net = result.report["network"]
-    assert net["retries"] > 0
-    # GDAL retried what the proxy broke on its reads (the listing's retries are obstore's, not counted).
-    assert net["retries"] <= proxy.counts["slow_down"] + proxy.counts["reset"]
+    assert r.returncode == 0, r.stderr
+    report = json.loads((tmp_path / "out.report.json").read_text())
+    assert_same_cube(local_cfg.output.path, str(tmp_path / "out.zarr"))
+    # Every fault on a GDAL read was retried and counted; the listing's faults are obstore's to retry.
+    gdal_faults = [line for line in proxy.faulted if "list-type=" not in line]
+    assert gdal_faults and report["network"]["retries"] == len(gdal_faults), proxy.faulted
+    assert "Retrying" not in r.stderr  # -q: counted, not printed
 
 
 def test_https_urls_taken_as_given_next_to_a_local_glob(tmp_path, s3_server, s3_bucket, small_dir, local_run):
