@@ -278,7 +278,7 @@ def build_catalog(config: Config, max_threads: int = 8) -> Catalog:
 
     With ``inputs.trust_index`` the index is the input list: no glob, no stat, no file opened.
     """
-    index = _load_index(config.inputs.index) if config.inputs.index else None
+    index = _load_index(config.inputs.index, config.storage) if config.inputs.index else None
     if config.inputs.trust_index:
         if index is None:
             raise ConfigError("inputs.index", f"{config.inputs.index} is missing or unreadable; run `pipeline index`")
@@ -338,7 +338,7 @@ def build_catalog(config: Config, max_threads: int = 8) -> Catalog:
         parts.append(index.rows(np.fromiter((p in cached for p in index["path"]), bool, len(index))))
     headers = TileTable.concat(parts)
     if config.inputs.index and (to_read or index is None or len(index) != len(headers)):
-        write_index(config.inputs.index, headers)
+        write_index(config.inputs.index, headers, config.storage)
     catalog = _catalog_from(headers, config, skipped, headers_read=len(to_read))
     from pipeline import netstats
 
@@ -442,13 +442,23 @@ def _finish_table(tiles: TileTable, config: Config, skipped: list[dict[str, str]
     return tiles
 
 
-def _load_index(path: str) -> TileTable | None:
+def _load_index(path: str, storage: Any = None) -> TileTable | None:
     import pyarrow.parquet as pq
 
-    if not os.path.exists(path):
+    source: Any = path
+    if is_url(path):  # an index in a bucket: one GET
+        import pyarrow as pa
+
+        from pipeline.storage import read_object
+
+        data = read_object(path, storage)
+        if data is None:
+            return None
+        source = pa.BufferReader(data)
+    elif not os.path.exists(path):
         return None
     try:
-        table = pq.ParquetFile(path).read()  # not read_table: it imports pyarrow.dataset, which imports pandas
+        table = pq.ParquetFile(source).read()  # not read_table: it imports pyarrow.dataset, which imports pandas
     except Exception as e:  # noqa: BLE001
         logger.warning("tile index %s is unreadable (%s); rebuilding it", path, e)
         return None
@@ -483,8 +493,9 @@ def _numpy_column(column: Any) -> np.ndarray:
     return values
 
 
-def write_index(path: str, table: TileTable) -> None:
-    """The tile index as Parquet, sorted by path, replaced whole (a reader never sees half a file)."""
+def write_index(path: str, table: TileTable, storage: Any = None) -> None:
+    """The tile index as Parquet, sorted by path, replaced whole (a reader never sees half a file): a
+    local file, or an object (``s3://``; one PUT, which S3 makes visible whole)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -492,6 +503,16 @@ def write_index(path: str, table: TileTable) -> None:
     types = {"overviews": pa.list_(pa.int64()), "tag_date": pa.string(), "etag": pa.string()}
     arrow = pa.table({c: pa.array(list(table[c]) if table[c].dtype == object else table[c], type=types.get(c))
                       for c in INDEX_COLUMNS})  # fmt: skip
+    if is_url(path):
+        import io
+
+        from pipeline.storage import write_object
+
+        buffer = io.BytesIO()
+        pq.write_table(arrow, buffer)
+        write_object(path, buffer.getvalue(), storage)
+        logger.info("tile index %s: %d files", path, len(table))
+        return
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
     pq.write_table(arrow, tmp)

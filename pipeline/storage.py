@@ -240,15 +240,16 @@ def list_objects(pattern: str, storage: StorageConfig) -> list[tuple[str, int, i
     return found
 
 
-def store_error(error: BaseException, url: str, storage: StorageConfig) -> ConfigError:
-    """A ConfigError for a failed request to ``url`` that says which setting to check; no secret in it."""
+def store_error(error: BaseException, url: str, storage: StorageConfig, key: str = "inputs.paths") -> ConfigError:
+    """A ConfigError for a failed request to ``url`` that says which setting to check; no secret in it.
+    ``key``: the config key that named ``url``."""
     text = redact(str(error))
     first = text.strip().splitlines()[0][:300] if text.strip() else type(error).__name__
     bucket = urlsplit(url).netloc
     where = storage.endpoint_url or "AWS S3"
     if "NoSuchBucket" in text or "bucket does not exist" in text:
         return ConfigError(
-            "inputs.paths",
+            key,
             f"bucket {bucket!r} does not exist at {where}: check the bucket name, and storage.endpoint_url / "
             "storage.region if the bucket lives elsewhere",
         )
@@ -266,7 +267,7 @@ def store_error(error: BaseException, url: str, storage: StorageConfig) -> Confi
             "credentials in the environment or storage.profile, or set storage.anonymous: true for a public "
             "bucket",
         )
-    return ConfigError("inputs.paths", f"listing {url} at {where} failed: {first}")
+    return ConfigError(key, f"request for {url} at {where} failed: {first}")
 
 
 def _error_code(text: str) -> str:
@@ -305,3 +306,28 @@ def check_access(urls: list[str], storage: StorageConfig) -> None:
             if ("NoSuchKey" in text or "InvalidRange" in text) and "NoSuchBucket" not in text:
                 continue
             raise store_error(e, url, storage) from None
+
+
+def read_object(url: str, storage: StorageConfig | None) -> bytes | None:
+    """The bytes of one object, or None when it does not exist."""
+    import obstore
+    import obstore.exceptions
+
+    parent, _, name = url.rpartition("/")
+    try:
+        return bytes(obstore.get(object_store(parent, storage or StorageConfig()), name).bytes())
+    except (FileNotFoundError, obstore.exceptions.NotFoundError):
+        return None
+    except Exception as e:  # noqa: BLE001
+        raise store_error(e, url, storage or StorageConfig(), key="inputs.index") from None
+
+
+def write_object(url: str, data: bytes, storage: StorageConfig | None) -> None:
+    """Put one whole object (S3 makes it visible whole or not at all)."""
+    import obstore
+
+    parent, _, name = url.rpartition("/")
+    try:
+        obstore.put(object_store(parent, storage or StorageConfig()), name, data)
+    except Exception as e:  # noqa: BLE001
+        raise store_error(e, url, storage or StorageConfig(), key="inputs.index") from None

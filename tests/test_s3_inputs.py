@@ -249,3 +249,15 @@ def test_a_credential_in_gdal_env_is_refused(tmp_path, small_dir, option):
         load_config(path, [f"inputs.gdal_env={{{option}: sekrit-value-123}}"])
     assert err.value.key == "inputs.gdal_env" and option in str(err.value)
     assert "sekrit-value-123" not in str(err.value)
+
+
+def test_the_index_can_live_in_the_bucket(tmp_path, s3_server, s3_bucket, tiles):
+    index = f"s3://{s3_bucket}/index/tiles.parquet"
+    cfg = s3_config(tmp_path, s3_bucket, s3_server.endpoint_url, f"inputs.index={index}")
+    assert build_catalog(cfg).headers_read == len(tiles)
+    assert s3_server.client().head_object(Bucket=s3_bucket, Key="index/tiles.parquet")["ContentLength"] > 0
+    again = build_catalog(cfg)
+    assert again.headers_read == 0 and len(again.tiles) == len(tiles)
+    trusted = s3_config(tmp_path / "t", s3_bucket, s3_server.endpoint_url, f"inputs.index={index}",
+                        "inputs.trust_index=true")  # fmt: skip
+    assert list(build_catalog(trusted).tiles["path"]) == sorted(tiles)
