@@ -261,3 +261,48 @@ def test_the_index_can_live_in_the_bucket(tmp_path, s3_server, s3_bucket, tiles)
     trusted = s3_config(tmp_path / "t", s3_bucket, s3_server.endpoint_url, f"inputs.index={index}",
                         "inputs.trust_index=true")  # fmt: skip
     assert list(build_catalog(trusted).tiles["path"]) == sorted(tiles)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "prefix", "matches", "misses"),
+    [
+        ("l2a/**/*.tif", "l2a/", ["l2a/a.tif", "l2a/x/y/b.tif"], ["l2a/a.tiff", "l2b/a.tif", "l2a/x/a.TIF"]),
+        ("l2a/*/B04.tif", "l2a/", ["l2a/t1/B04.tif"], ["l2a/B04.tif", "l2a/t1/t2/B04.tif"]),
+        ("a/2024-0[6-7]-??/*.tif", "a/", ["a/2024-06-01/x.tif", "a/2024-07-31/y.tif"], ["a/2024-08-01/x.tif"]),
+        ("**/*.tif", "", ["a.tif", "x/y/a.tif"], ["a.tif.aux.xml"]),
+        ("a/b.tif", "a/b.tif", ["a/b.tif"], ["a/b.tiff", "a/xb.tif"]),
+    ],
+)
+def test_key_globs(pattern, prefix, matches, misses):
+    from pipeline.storage import glob_prefix, glob_regex
+
+    assert glob_prefix(pattern) == prefix
+    rx = glob_regex(pattern)
+    assert all(rx.match(k) for k in matches) and not any(rx.match(k) for k in misses)
+
+
+def test_the_fault_proxy_is_deterministic_and_lets_retries_through(s3_server, s3_bucket):
+    import urllib.error
+    import urllib.request
+
+    s3_server.client().put_object(Bucket=s3_bucket, Key="k", Body=b"payload", ACL="public-read")
+
+    def attempts(proxy: FaultProxy) -> list[str]:
+        out = []
+        for _ in range(3):  # max_faults=2: the third try of one request always goes through
+            try:
+                with urllib.request.urlopen(f"{proxy.url}/{s3_bucket}/k", timeout=10) as r:
+                    out.append(r.read().decode())
+                    break
+            except urllib.error.HTTPError as e:
+                out.append(str(e.code))
+            except (ConnectionError, urllib.error.URLError) as e:
+                out.append(type(e).__name__)
+        return out
+
+    for seed in range(4):
+        with FaultProxy(s3_server.endpoint_url, seed=seed, error_rate=0.5, reset_rate=0.3, delay_rate=0) as a:
+            got_a = attempts(a)
+        with FaultProxy(s3_server.endpoint_url, seed=seed, error_rate=0.5, reset_rate=0.3, delay_rate=0) as b:
+            got_b = attempts(b)
+        assert got_a == got_b and got_a[-1] == "payload"
