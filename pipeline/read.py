@@ -149,11 +149,13 @@ def read_window(src: SourceWindow) -> np.ndarray:
             if stale is not None:
                 stale.close()
         detail = f"{e} ({e.__cause__})" if e.__cause__ else str(e)
+        advice = "the file may be truncated, corrupt or gone"
         if remote:
             from pipeline.storage import redact
 
             detail = redact(detail)
-        failure = f"read failed ({where}): {detail}; the file may be truncated, corrupt or gone"
+            advice = "the object may be corrupt or gone, or this worker's AWS credentials refused"
+        failure = f"read failed ({where}): {detail}; {advice}"
     if failure is not None:
         # Raised outside the except block and chained to a plain OSError: GDAL's exception types do not
         # survive pickling back from a Dask worker, and distributed would hand back a bare Exception.

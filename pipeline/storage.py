@@ -331,3 +331,15 @@ def write_object(url: str, data: bytes, storage: StorageConfig | None) -> None:
         obstore.put(object_store(parent, storage or StorageConfig()), name, data)
     except Exception as e:  # noqa: BLE001
         raise store_error(e, url, storage or StorageConfig(), key="inputs.index") from None
+
+
+_FORWARDED_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+
+
+def worker_environment() -> dict[str, str]:
+    """The AWS chain's environment variables (``AWS_*``) and HTTP proxy settings of this process now:
+    what the local cluster's workers are started with. A worker spawned now would inherit them; one
+    forked from the fork server (:mod:`pipeline.workers`) has that server's environment from when it
+    started, which may predate them. They reach the workers through process start-up (the nanny's
+    ``env``), never through the task graph."""
+    return {k: v for k, v in os.environ.items() if k.startswith("AWS_") or k in _FORWARDED_ENV}

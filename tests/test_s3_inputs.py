@@ -306,3 +306,24 @@ def test_the_fault_proxy_is_deterministic_and_lets_retries_through(s3_server, s3
         with FaultProxy(s3_server.endpoint_url, seed=seed, error_rate=0.5, reset_rate=0.3, delay_rate=0) as b:
             got_b = attempts(b)
         assert got_a == got_b and got_a[-1] == "payload"
+
+
+def test_workers_get_credentials_set_after_the_fork_server_started(tmp_path, s3_server, s3_bucket, tiles):
+    """A notebook's order: the fork server starts (first run), then credentials enter the environment."""
+    cfg = s3_config(tmp_path, s3_bucket, s3_server.endpoint_url)
+    script = (
+        "import os\n"
+        "from pipeline.workers import start_worker_server\n"
+        "from pipeline.config import load_config\n"
+        "from pipeline.execute import run\n"
+        "if __name__ == '__main__':\n"
+        "    start_worker_server()\n"
+        f"    os.environ.update({TEST_CREDENTIALS!r})\n"
+        f"    result = run(load_config({cfg.source!r}))\n"
+        "    print('exit', result.exit_code, result.report['inputs']['skipped'][:1])\n"
+    )
+    (tmp_path / "notebook.py").write_text(script)
+    env = {k: v for k, v in os.environ.items() if k not in TEST_CREDENTIALS}
+    r = subprocess.run([sys.executable, str(tmp_path / "notebook.py")], capture_output=True, text=True,
+                       timeout=300, env=env, cwd=tmp_path)  # fmt: skip
+    assert "exit 0 []" in r.stdout, r.stdout + r.stderr[-2000:]
