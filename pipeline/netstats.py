@@ -7,8 +7,10 @@ rasterio logs on the ``rasterio._env`` logger (counted by a filter there). Laten
 per remote windowed read (an open where the file was not yet open, plus the read): one read can be
 several HTTP requests, or none when GDAL's cache holds its blocks.
 
-The counters are per process and cumulative; :func:`take` hands out what happened since the last
-``take`` in this process, so per-task parts add up to the process's total whatever the threads do.
+The counters are per process; :func:`take` hands out what happened since the last ``take`` in this
+process and resets GDAL's (whose statistics also list every file read, so left to grow they would cost
+each task more), so per-task parts add up to the process's total. With several threads per worker, a
+request finishing between one take's read and reset is not counted (microseconds apart).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 import numpy as np
 
 _lock = threading.Lock()
-_state: dict[str, Any] = {"lib": None, "enabled": False, "last": (0, 0, 0), "retries": 0}
+_state: dict[str, Any] = {"lib": None, "enabled": False, "retries_taken": 0, "retries": 0}
 _reads: list[tuple[float, int]] = []  # (seconds, bytes needed) per remote read since the last take
 
 
@@ -76,12 +78,13 @@ def enable() -> None:
         _state["enabled"] = True
 
 
-def _counters() -> tuple[int, int, int]:
-    """(requests, bytes fetched, retries) of this process so far."""
+def _take_counters() -> tuple[int, int]:
+    """(requests, bytes fetched) by GDAL in this process since the last call, whose counters it resets."""
     lib = _gdal() if _state["enabled"] else None
     requests = fetched = 0
     if lib is not None:
         ptr = lib.VSINetworkStatsGetAsSerializedJSON(None)
+        lib.VSINetworkStatsReset()
         if ptr:
             try:
                 stats = json.loads(ctypes.string_at(ptr).decode())
@@ -90,7 +93,7 @@ def _counters() -> tuple[int, int, int]:
             for method in (stats.get("methods") or {}).values():
                 requests += int(method.get("count", 0))
                 fetched += int(method.get("downloaded_bytes", 0))
-    return requests, fetched, int(_state["retries"])
+    return requests, fetched
 
 
 def record_read(seconds: float, bytes_needed: int) -> None:
@@ -105,15 +108,15 @@ def take() -> dict[str, Any] | None:
     if not _state["enabled"]:
         return None
     with _lock:
-        now = _counters()
-        last = _state["last"]
-        _state["last"] = now
+        requests, fetched = _take_counters()
+        retries = _state["retries"] - _state["retries_taken"]
+        _state["retries_taken"] = _state["retries"]
         reads = list(_reads)
         _reads.clear()
     return {
-        "requests": now[0] - last[0],
-        "bytes_fetched": now[1] - last[1],
-        "retries": now[2] - last[2],
+        "requests": requests,
+        "bytes_fetched": fetched,
+        "retries": retries,
         "bytes_needed": int(sum(b for _, b in reads)),
         "read_ms": [round(s * 1e3, 3) for s, _ in reads],
     }
