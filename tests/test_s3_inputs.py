@@ -188,11 +188,17 @@ def test_unknown_bucket_and_wrong_endpoint_exit_2_naming_them(tmp_path, s3_serve
     assert not (tmp_path / "out.zarr").exists()
 
 
-def test_refused_credentials_exit_2_without_the_secret(tmp_path, monkeypatch):
+def test_refused_credentials_exit_2_without_the_secret(tmp_path, s3_server, monkeypatch):
     """moto checks access keys against its IAM once INITIAL_NO_AUTH_ACTION_COUNT requests are spent:
     with 0, the test credentials are unknown to it, as revoked ones would be to AWS."""
     monkeypatch.setenv("INITIAL_NO_AUTH_ACTION_COUNT", "0")
     with start_moto() as server:
+        path = write_config(tmp_path, "s3://some-bucket/tiles/**/*.tif", storage={"endpoint_url": server.endpoint_url})
+        r = _cli_run(path)
+        assert r.returncode == 2, r.stderr
+        assert "config key 'storage'" in r.stderr and "InvalidAccessKeyId" in r.stderr
+        for secret in (TEST_CREDENTIALS["AWS_SECRET_ACCESS_KEY"], TEST_CREDENTIALS["AWS_ACCESS_KEY_ID"]):
+            assert secret not in r.stderr and secret not in r.stdout
         storage = StorageConfig(endpoint_url=server.endpoint_url)
         with pytest.raises(ConfigError) as err:
             list_objects("s3://some-bucket/tiles/**/*.tif", storage)
