@@ -4,7 +4,7 @@ The tile table is a :class:`TileTable` (NumPy columns; ``to_pandas()`` for a Dat
 per usable file:
 
 =============  ==============================================================
-path           absolute path
+path           absolute path, or the object's URL (``s3://bucket/key``, ``https://...``)
 band, tile     from the config ``pattern`` (``tile`` may be empty)
 date           datetime64 from the ``date`` group (or the file's DATE tag)
 crs            the file's CRS as a compact string (``EPSG:32632`` or WKT)
@@ -14,8 +14,12 @@ xmin..ymax     bounds in the file's own CRS
 dtype, nodata  band 1's dtype and nodata (the config's ``inputs.nodata`` if none)
 block_x/_y     internal block shape
 overviews      overview decimation factors, e.g. [2, 4, 8] (a list or an int array)
-size, mtime    bytes and ``st_mtime_ns``, which decide re-reading an indexed file
+size, mtime    bytes and ``st_mtime_ns`` (an object's last-modified, in ns), which decide re-reading
+etag           an object's ETag (empty for a local file); with size and mtime, from the listing
 =============  ==============================================================
+
+``inputs.paths`` mixes local globs, ``s3://bucket/prefix/**/*.tif`` globs (one prefix listing each,
+matched client side: :func:`pipeline.storage.list_objects`) and ``https://`` URLs (taken as given).
 
 Files that cannot be used are returned separately as ``skipped`` rows
 ``{path, error}``; ``on_error: fail`` raises instead.
@@ -37,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.config import Config
+from pipeline.config import Config, is_url
 from pipeline.errors import ConfigError, TileReadError
 
 logger = logging.getLogger(__name__)
@@ -46,7 +50,7 @@ HEADER_COLUMNS = [
     "crs", "a", "b", "c", "d", "e", "f", "width", "height",
     "xmin", "ymin", "xmax", "ymax", "dtype", "file_nodata", "block_x", "block_y", "overviews",
 ]  # fmt: skip
-INDEX_COLUMNS = ["path", *HEADER_COLUMNS, "tag_date", "size", "mtime"]
+INDEX_COLUMNS = ["path", *HEADER_COLUMNS, "tag_date", "size", "mtime", "etag"]
 TABLE_COLUMNS = ["path", "band", "tile", "date", *HEADER_COLUMNS, "size", "mtime", "nodata"]
 _FLOAT_COLUMNS = {"a", "b", "c", "d", "e", "f", "xmin", "ymin", "xmax", "ymax", "file_nodata", "nodata"}
 _INT_COLUMNS = {"width", "height", "block_x", "block_y", "size", "mtime"}
@@ -152,14 +156,39 @@ class Catalog:
     """How many file headers were opened this time (the rest came from the index)."""
     band_attrs: dict[str, dict[str, float]] = field(default_factory=dict)
     """Extra attributes per output band (STAC ``raster:bands`` scale/offset as CF ``scale_factor``/``add_offset``)."""
+    network: dict[str, Any] | None = None
+    """What the header reads cost on the network (:func:`pipeline.netstats.take`); None: all local."""
 
 
 def find_inputs(config: Config) -> list[str]:
     """Glob ``inputs.paths`` and keep the files whose path matches ``inputs.pattern``."""
+    return _list_inputs(config)[0]
+
+
+def _list_inputs(config: Config) -> tuple[list[str], dict[str, tuple[int, int, str]], list[str]]:
+    """(matching paths in sorted order, {url: (size, mtime_ns, etag)} of listed objects, s3 keys named
+    without wildcards that do not exist)."""
+    from pipeline.storage import list_objects, scheme
+
     found: set[str] = set()
+    objects: dict[str, tuple[int, int, str]] = {}
+    missing: list[str] = []
     for pattern in config.inputs.paths:
-        found.update(os.path.abspath(p) for p in glob.glob(pattern, recursive=True))
-    files = sorted(p for p in found if not os.path.isdir(p))
+        kind = scheme(pattern)
+        if kind == "s3":
+            listed = list_objects(pattern, config.storage)
+            if not listed and not any(ch in pattern for ch in "*?["):
+                missing.append(pattern)
+            for url, size, mtime, etag in listed:
+                objects[url] = (size, mtime, etag)
+                found.add(url)
+        elif kind in ("http", "https"):
+            found.add(pattern)
+        else:
+            found.update(os.path.abspath(p) for p in glob.glob(pattern, recursive=True) if not os.path.isdir(p))
+    files = sorted(found)
+    if not files and missing:
+        raise ConfigError("inputs.paths", f"no such object: {', '.join(missing[:5])}; check the keys and bucket")
     if not files:
         raise ConfigError(
             "inputs.paths",
@@ -173,11 +202,27 @@ def find_inputs(config: Config) -> list[str]:
             "inputs.pattern",
             f"{len(files)} files found but none matched the pattern (first: {files[0]})",
         )
-    return matched
+    return matched, objects, missing
 
 
-def read_header(path: str) -> dict[str, Any]:
-    """Open one file and return its header fields (see the module docstring)."""
+def read_header(path: str, config: Config | None = None) -> dict[str, Any]:
+    """Open one file and return its header fields (see the module docstring). A URL is opened through
+    GDAL's ``/vsis3/`` or ``/vsicurl/`` with ``config``'s storage settings and ``inputs.gdal_env``."""
+    if is_url(path):
+        from pipeline.read import cloud_env
+        from pipeline.storage import default_storage, redact, vsi_path
+
+        storage = config.storage if config is not None else default_storage()
+        gdal_env = config.inputs.gdal_env if config is not None else {}
+        try:
+            with cloud_env(storage, gdal_env):
+                return _read_header(vsi_path(path), path)
+        except TileReadError as e:
+            raise TileReadError(path, redact(e.problem)) from None
+    return _read_header(path, path)
+
+
+def _read_header(source: str, path: str) -> dict[str, Any]:
     import rasterio
     from rasterio.errors import NotGeoreferencedWarning, RasterioIOError
 
@@ -185,7 +230,7 @@ def read_header(path: str) -> dict[str, Any]:
         with warnings.catch_warnings():
             # A file without georeferencing is reported below as a skipped input, not as a warning.
             warnings.simplefilter("ignore", NotGeoreferencedWarning)
-            ds = rasterio.open(path)
+            ds = rasterio.open(source)
         with ds:
             if ds.crs is None:
                 raise TileReadError(path, "has no CRS; assign one (gdal_edit.py -a_srs) or exclude it")
@@ -212,9 +257,21 @@ def read_header(path: str) -> dict[str, Any]:
     return row
 
 
-def _stat(path: str) -> tuple[int, int]:
+def _stat(path: str) -> tuple[int, int, str]:
+    """(size, mtime_ns, etag) of a local file (no ETag) or an ``https://`` object (one HEAD request)."""
+    if is_url(path):
+        from pipeline.storage import head_url
+
+        try:
+            return head_url(path)
+        except FileNotFoundError as e:
+            raise OSError(f"no such object ({path})") from e
+        except Exception as e:  # noqa: BLE001 - obstore's errors, as this object's problem
+            from pipeline.storage import redact
+
+            raise OSError(redact(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)) from None
     st = os.stat(path)
-    return st.st_size, st.st_mtime_ns
+    return st.st_size, st.st_mtime_ns, ""
 
 
 def build_catalog(config: Config, max_threads: int = 8) -> Catalog:
@@ -226,25 +283,33 @@ def build_catalog(config: Config, max_threads: int = 8) -> Catalog:
         from pipeline.stac import build_stac_catalog
 
         return build_stac_catalog(config, max_threads)
-    index = _load_index(config.inputs.index) if config.inputs.index else None
+    index = _load_index(config.inputs.index, config.storage) if config.inputs.index else None
     if config.inputs.trust_index:
         if index is None:
             raise ConfigError("inputs.index", f"{config.inputs.index} is missing or unreadable; run `pipeline index`")
         return _catalog_from(index, config, [], headers_read=0)
-    matched = find_inputs(config)
-    skipped: list[dict[str, str]] = []
+    matched, stats, missing = _list_inputs(config)
+    skipped: list[dict[str, str]] = [{"path": p, "error": "no such object"} for p in missing]
     known = (
-        {} if index is None else dict(zip(index["path"], zip(index["size"], index["mtime"], strict=True), strict=True))
+        {}
+        if index is None
+        else dict(zip(index["path"], zip(index["size"], index["mtime"], index["etag"], strict=True), strict=True))
     )
 
     keep_cached: list[str] = []
     to_read: list[str] = []
-    stats: dict[str, tuple[int, int]] = {}
+    # Local files are stat'ed here, https:// URLs get one HEAD each (in threads); s3 objects were listed.
+    unlisted = [p for p in matched if p not in stats]
+    urls = [p for p in unlisted if is_url(p)]
+    stat_results = dict(zip(urls, _map_threads(_try_stat, urls, max_threads), strict=True))
+    for path in unlisted:
+        result = stat_results[path] if path in stat_results else _try_stat(path)
+        if isinstance(result, str):
+            skipped.append({"path": path, "error": f"cannot stat: {result}"})
+        else:
+            stats[path] = result
     for path in matched:
-        try:
-            stats[path] = _stat(path)
-        except OSError as e:
-            skipped.append({"path": path, "error": f"cannot stat: {e.strerror or e}"})
+        if path not in stats:
             continue
         if known.get(path) == stats[path]:
             keep_cached.append(path)
@@ -253,29 +318,51 @@ def build_catalog(config: Config, max_threads: int = 8) -> Catalog:
 
     def read_one(path: str) -> tuple[str, dict[str, Any] | None, str | None]:
         try:
-            return path, read_header(path), None
+            return path, read_header(path, config), None
         except TileReadError as e:
             return path, None, e.problem
         except Exception as e:  # noqa: BLE001 - any other failure is still this file's problem
             return path, None, f"{type(e).__name__}: {e}"
 
     fresh = []
+    if any(is_url(p) for p in to_read):
+        from pipeline.read import cloud_env
+
+        cloud_env(config.storage)  # the AWS session and GDAL's network counters: once, before the threads
     if to_read:
         with ThreadPoolExecutor(min(max_threads, len(to_read))) as pool:
             for path, header, error in pool.map(read_one, to_read):
                 if header is None:
                     skipped.append({"path": path, "error": str(error)})
                 else:
-                    size, mtime = stats[path]
-                    fresh.append({"path": path, **header, "size": size, "mtime": mtime})
+                    size, mtime, etag = stats[path]
+                    fresh.append({"path": path, **header, "size": size, "mtime": mtime, "etag": etag})
     parts = [TileTable.from_records(fresh, INDEX_COLUMNS)]
     if index is not None and keep_cached:
         cached = set(keep_cached)
         parts.append(index.rows(np.fromiter((p in cached for p in index["path"]), bool, len(index))))
     headers = TileTable.concat(parts)
     if config.inputs.index and (to_read or index is None or len(index) != len(headers)):
-        write_index(config.inputs.index, headers)
-    return _catalog_from(headers, config, skipped, headers_read=len(to_read))
+        write_index(config.inputs.index, headers, config.storage)
+    catalog = _catalog_from(headers, config, skipped, headers_read=len(to_read))
+    from pipeline import netstats
+
+    catalog.network = netstats.take()
+    return catalog
+
+
+def _map_threads(fn: Any, items: list[str], max_threads: int) -> list[Any]:
+    if not items:
+        return []
+    with ThreadPoolExecutor(min(max_threads, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def _try_stat(path: str) -> tuple[int, int, str] | str:
+    try:
+        return _stat(path)
+    except OSError as e:
+        return str(e.strerror or e)
 
 
 def _catalog_from(headers: TileTable, config: Config, skipped: list[dict[str, str]], headers_read: int) -> Catalog:
@@ -361,13 +448,23 @@ def _finish_table(tiles: TileTable, config: Config, skipped: list[dict[str, str]
     return tiles
 
 
-def _load_index(path: str) -> TileTable | None:
+def _load_index(path: str, storage: Any = None) -> TileTable | None:
     import pyarrow.parquet as pq
 
-    if not os.path.exists(path):
+    source: Any = path
+    if is_url(path):  # an index in a bucket: one GET
+        import pyarrow as pa
+
+        from pipeline.storage import read_object
+
+        data = read_object(path, storage)
+        if data is None:
+            return None
+        source = pa.BufferReader(data)
+    elif not os.path.exists(path):
         return None
     try:
-        table = pq.ParquetFile(path).read()  # not read_table: it imports pyarrow.dataset, which imports pandas
+        table = pq.ParquetFile(source).read()  # not read_table: it imports pyarrow.dataset, which imports pandas
     except Exception as e:  # noqa: BLE001
         logger.warning("tile index %s is unreadable (%s); rebuilding it", path, e)
         return None
@@ -402,15 +499,26 @@ def _numpy_column(column: Any) -> np.ndarray:
     return values
 
 
-def write_index(path: str, table: TileTable) -> None:
-    """The tile index as Parquet, sorted by path, replaced whole (a reader never sees half a file)."""
+def write_index(path: str, table: TileTable, storage: Any = None) -> None:
+    """The tile index as Parquet, sorted by path, replaced whole (a reader never sees half a file): a
+    local file, or an object (``s3://``; one PUT, which S3 makes visible whole)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     table = table.rows(np.argsort(table["path"], kind="stable"))
-    types = {"overviews": pa.list_(pa.int64()), "tag_date": pa.string()}
+    types = {"overviews": pa.list_(pa.int64()), "tag_date": pa.string(), "etag": pa.string()}
     arrow = pa.table({c: pa.array(list(table[c]) if table[c].dtype == object else table[c], type=types.get(c))
                       for c in INDEX_COLUMNS})  # fmt: skip
+    if is_url(path):
+        import io
+
+        from pipeline.storage import write_object
+
+        buffer = io.BytesIO()
+        pq.write_table(arrow, buffer)
+        write_object(path, buffer.getvalue(), storage)
+        logger.info("tile index %s: %d files", path, len(table))
+        return
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
     pq.write_table(arrow, tmp)

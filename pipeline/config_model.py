@@ -137,6 +137,12 @@ def _gdal_env(value: Any) -> Any:
         return {}
     if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
         raise ValueError(f"must be a mapping of GDAL config options, e.g. {{GDAL_HTTP_MAX_RETRY: 5}}, got {value!r}")
+    secret = [k for k in value if re.search(r"SECRET|PASSWORD|TOKEN|USERPWD|ACCESS_KEY|CONNECTION_STRING|HEADER", k)]
+    if secret:  # it would travel in the task graph and the report's config; the value is never echoed
+        raise ValueError(
+            f"{secret[0]} holds a credential: give it through the AWS chain (environment, storage.profile, "
+            "instance role), not the config"
+        )
     return {k: ("YES" if v is True else "NO" if v is False else str(v)) for k, v in value.items()}
 
 

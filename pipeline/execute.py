@@ -23,6 +23,7 @@ from pipeline.catalog import build_catalog
 from pipeline.config import Config, is_url
 from pipeline.device import check_request, decide, detect_gpu, load_profile, probe_worker, submit_options, task_work
 from pipeline.errors import ConfigError
+from pipeline.netstats import summarise as summarise_network
 from pipeline.plan import Plan, compute_plan
 from pipeline.report import (
     StageClock,
@@ -33,6 +34,7 @@ from pipeline.report import (
     summarise_workers,
     write_report,
 )
+from pipeline.storage import worker_environment
 from pipeline.task import TaskContext, run_partition, warm_up
 from pipeline.workers import WORKER_MALLOC, start_worker_server, worker_start_method
 from pipeline.write import (
@@ -127,6 +129,7 @@ def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
             processes=True,
             dashboard_address=None,
             silence_logs=_worker_log_level(),
+            env=worker_environment(),  # the AWS chain as it is now (the fork server's may be older)
         )
     return Client(cluster), cluster
 
@@ -313,6 +316,10 @@ def run(
     if own_workers:
         start_worker_server()  # its imports overlap the planning below
     catalog, plan = plan_run(config, clock)
+    if config.inputs.trust_index:  # planned without a request: check the store answers before writing
+        from pipeline.storage import check_access
+
+        check_access(list(catalog.tiles["path"]), config.storage)
     if config.execution.device == "gpu" and own_workers:
         check_request("gpu", {"local": asdict(detect_gpu())})  # refuse before anything is written
     config_hash = config.output_hash()
@@ -338,6 +345,7 @@ def run(
         grid_width=plan.grid.shape_yx[1],
         storage=config.storage,
         store_stamp=store_stamp(config.output.path, [b.name for b in plan.bands], config.storage),
+        gdal_env=tuple(sorted((str(k), str(v)) for k, v in config.inputs.gdal_env.items())),
     )
     max_arg = max((len(pickle.dumps(p)) for p in todo), default=0)
 
@@ -358,6 +366,7 @@ def run(
                 seen.add(s["path"])
                 skipped.append(s)
     degraded = sorted({c for r in records for c in r.pop("degraded_chunks")})
+    network = summarise_network([catalog.network, *(r.pop("network", None) for r in records)])
     wall = clock.elapsed()
     stages, stage_task_s = compute_stages(wall, clock.seconds, records, threads)
     report: dict[str, Any] = {
@@ -414,6 +423,7 @@ def run(
             "decisions": [{"task": r["id"], "device": r["device"], "reason": r["device_reason"]} for r in records],
         },
     }
+    report["network"] = network
     report["stragglers"] = compute_stragglers(records)
     report["diagnostics"] = compute_diagnostics(report)
     if is_url(config.report_path):

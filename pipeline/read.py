@@ -4,23 +4,89 @@ Tasks carry paths and windows (never open handles); each worker thread opens
 a file lazily once and keeps it in a small LRU cache, so a file touched by
 many chunks of a partition (or of later partitions on the same worker) is
 opened once.
+
+Paths that are URLs (``s3://``, ``https://``) are read through GDAL's ``/vsis3/`` and ``/vsicurl/``
+inside one ``rasterio.Env`` per worker thread, entered on the first remote open and kept: the cloud
+defaults, the endpoint and ``inputs.gdal_env`` (:func:`pipeline.storage.gdal_options`), and an AWS
+session whose credentials this process resolves from its own AWS chain (never from the task graph).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pipeline import netstats
+from pipeline.config import is_url
 from pipeline.errors import TileReadError
 from pipeline.grid import offset_transform
 from pipeline.plan import SourceWindow
 
+if TYPE_CHECKING:  # the model imports pydantic; workers need only its attributes
+    from pipeline.config_model import StorageConfig
+
 MAX_OPEN_FILES = 64
 _local = threading.local()
 _opens = [0]  # datasets opened by this process (a list so threads share one counter)
+
+
+_settings: list[Any] = [None, ()]  # storage (None: the defaults), gdal_env pairs: this process's remote reads
+
+
+def configure_reads(storage: StorageConfig | None, gdal_env: tuple[tuple[str, str], ...] = ()) -> None:
+    """The storage settings remote reads of this process use (a task sets them from its context)."""
+    _settings[:] = [storage, tuple(gdal_env)]
+
+
+_sessions: dict[tuple[Any, ...], Any] = {}
+_sessions_lock = threading.Lock()
+
+
+def cloud_env(storage: StorageConfig, gdal_env: dict[str, Any] | None = None) -> Any:
+    """A ``rasterio.Env`` for remote reads: the cloud GDAL options and this process's AWS session for
+    ``storage``, made once per process (a session costs ~40 ms: it resolves the AWS chain)."""
+    import rasterio
+
+    from pipeline.storage import gdal_options, rasterio_session
+
+    key = (storage.endpoint_url, storage.region, storage.anonymous, storage.profile)
+    with _sessions_lock:
+        session = _sessions.get(key)
+        if session is None:
+            session = _sessions[key] = rasterio_session(storage)
+    netstats.enable()
+    return rasterio.Env(session=session, **gdal_options(storage, gdal_env))
+
+
+def _enter_cloud_env() -> None:
+    """Enter this thread's cloud ``rasterio.Env`` once (again only if the settings changed) and keep it."""
+    key = tuple(_settings)
+    held = getattr(_local, "cloud_env", None)
+    if held is not None and held[0] == key:
+        return
+    storage, gdal_env = key
+    if storage is None:
+        from pipeline.storage import default_storage
+
+        storage = default_storage()
+    env = cloud_env(storage, dict(gdal_env))
+    env.__enter__()  # kept: an Env per open costs more than a small read (see _open_dataset)
+    _local.cloud_env = (key, env)
+
+
+def _block_bytes(ds: Any, r0: int, c0: int, h: int, w: int) -> int:
+    """Compressed bytes of the blocks a window covers (from the file's tile byte counts); the window's
+    pixel bytes where the format does not say."""
+    try:
+        by, bx = ds.block_shapes[0]
+        return int(sum(ds.block_size(1, i, j) for i in range(r0 // by, (r0 + h - 1) // by + 1)
+                       for j in range(c0 // bx, (c0 + w - 1) // bx + 1)))  # fmt: skip
+    except Exception:  # noqa: BLE001 - a format without block sizes (or an overview wrapper)
+        return h * w * np.dtype(ds.dtypes[0]).itemsize
 
 
 def open_count() -> int:
@@ -40,11 +106,17 @@ def _open_dataset(path: str, level: int) -> Any:
         cache.move_to_end(key)
         return ds
     kwargs = {} if level < 0 else {"overview_level": level}
-    if not rasterio.env.hasenv():
-        # Without a GDAL environment on this thread, rasterio sets one up and tears it down around every
-        # open (~0.4 ms of ~2 ms); this one stays (an Env entered later restores it when it leaves).
-        rasterio.env.defenv()
-    ds = rasterio.open(path, **kwargs)
+    if is_url(path):
+        from pipeline.storage import vsi_path
+
+        _enter_cloud_env()
+        ds = rasterio.open(vsi_path(path), **kwargs)
+    else:
+        if not rasterio.env.hasenv():
+            # Without a GDAL environment on this thread, rasterio sets one up and tears it down around
+            # every open (~0.4 ms of ~2 ms); this one stays (an Env entered later restores it when it leaves).
+            rasterio.env.defenv()
+        ds = rasterio.open(path, **kwargs)
     _opens[0] += 1
     cache[key] = ds
     while len(cache) > MAX_OPEN_FILES:
@@ -62,6 +134,8 @@ def read_window(src: SourceWindow) -> np.ndarray:
         f" of overview {src.overview_level}" if src.overview_level >= 0 else ""
     )
     failure = None
+    remote = is_url(src.path)
+    t_start = time.perf_counter()
     try:
         ds = _open_dataset(src.path, src.overview_level)
         t = ds.transform
@@ -71,6 +145,8 @@ def read_window(src: SourceWindow) -> np.ndarray:
                 src.path, f"georeferencing changed since it was indexed ({where}); rerun `pipeline index`"
             )
         data = ds.read(1, window=Window(c0, r0, w, h))
+        if remote:
+            netstats.record_read(time.perf_counter() - t_start, _block_bytes(ds, r0, c0, h, w))
     except TileReadError:
         raise
     except Exception as e:  # rasterio raises several types for truncated/corrupt/missing files
@@ -80,7 +156,13 @@ def read_window(src: SourceWindow) -> np.ndarray:
             if stale is not None:
                 stale.close()
         detail = f"{e} ({e.__cause__})" if e.__cause__ else str(e)
-        failure = f"read failed ({where}): {detail}; the file may be truncated, corrupt or gone"
+        advice = "the file may be truncated, corrupt or gone"
+        if remote:
+            from pipeline.storage import redact
+
+            detail = redact(detail)
+            advice = "the object may be corrupt or gone, or this worker's AWS credentials refused"
+        failure = f"read failed ({where}): {detail}; {advice}"
     if failure is not None:
         # Raised outside the except block and chained to a plain OSError: GDAL's exception types do not
         # survive pickling back from a Dask worker, and distributed would hand back a bare Exception.

@@ -231,7 +231,28 @@ def compute_diagnostics(report: dict[str, Any]) -> list[dict[str, str]]:
         "workers sat idle while work remained: a worker that cannot run these tasks (resources, memory), "
         "or a driver that submits too slowly",
     ))  # fmt: skip
+    out.extend(_network_checks(report.get("network") or {}))
     return out
+
+
+READ_AMPLIFICATION_WARN = 2.0
+"""Warn when remote reads fetched over this many times the compressed bytes their windows cover."""
+
+
+def _network_checks(net: dict[str, Any]) -> list[dict[str, str]]:
+    """Remote reads: read amplification (bytes fetched over bytes the windows need) and retries."""
+    if not net.get("requests"):
+        return []
+    needed, fetched = net.get("bytes_needed", 0), net.get("bytes_fetched", 0)
+    ratio = fetched / needed if needed else float("inf")
+    return [_check(
+        "read_amplification", ratio > READ_AMPLIFICATION_WARN,
+        f"fetched {fetched / 1e6:.1f} MB for {needed / 1e6:.1f} MB of tile blocks the windows cover "
+        f"({ratio:.1f}x) in {net['requests']} requests, {net.get('retries', 0)} retried",
+        "reads fetch far more than they use: chunks (output.chunks) that align with the tiles' blocks, "
+        "smaller CPL_VSIL_CURL_CHUNK_SIZE or GDAL_INGESTED_BYTES_AT_OPEN in inputs.gdal_env, or "
+        "cloud-optimised tiles (internal tiling, overviews) cut it",
+    )]  # fmt: skip
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -274,6 +295,12 @@ def format_report(report: dict[str, Any]) -> str:
     dev = report["devices"]
     reason = dev["decisions"][0]["reason"] if dev["decisions"] else ""
     lines.append(f"devices: cpu {dev['cpu']} tasks, gpu {dev['gpu']} tasks ({reason})")
+    net = report.get("network") or {}
+    if net.get("requests"):
+        lat = net.get("latency_ms") or {}
+        lines.append(f"network: {net['requests']} requests, {net['bytes_fetched'] / 1e6:.1f} MB fetched for "
+                     f"{net['bytes_needed'] / 1e6:.1f} MB needed, {net['retries']} retries, read latency "
+                     f"p50 {lat.get('p50') or 0:.1f} ms, p99 {lat.get('p99') or 0:.1f} ms")  # fmt: skip
     if report["inputs"]["skipped"]:
         lines.append(f"skipped inputs: {len(report['inputs']['skipped'])}")
         lines += [f"  {s['path']}: {s['error']}" for s in report["inputs"]["skipped"][:10]]

@@ -256,3 +256,189 @@ def default_storage() -> StorageConfig:
     from pipeline.config_model import StorageConfig
 
     return StorageConfig()
+
+
+# --- listing objects for inputs ---------------------------------------------------------------------
+
+
+def glob_prefix(key_pattern: str) -> str:
+    """The longest literal prefix of a key glob, up to its last ``/``: what one listing request covers."""
+    cut = min((i for i, ch in enumerate(key_pattern) if ch in "*?["), default=len(key_pattern))
+    if cut == len(key_pattern):
+        return key_pattern
+    return key_pattern[: key_pattern.rfind("/", 0, cut) + 1]
+
+
+def glob_regex(key_pattern: str) -> re.Pattern[str]:
+    """A key glob as a regex: ``**/`` any number of folders, ``**`` anything, ``*`` and ``?`` within one
+    folder (never across ``/``), ``[...]`` a character class."""
+    out, i = [], 0
+    while i < len(key_pattern):
+        ch = key_pattern[i]
+        if key_pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if key_pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if ch == "*":
+            out.append("[^/]*")
+        elif ch == "?":
+            out.append("[^/]")
+        elif ch == "[" and "]" in key_pattern[i + 1 :]:
+            end = key_pattern.index("]", i + 1)
+            body = key_pattern[i + 1 : end]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\") + "]")
+            i = end
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def is_glob(path: str) -> bool:
+    return any(ch in path for ch in "*?[")
+
+
+def list_objects(pattern: str, storage: StorageConfig) -> list[tuple[str, int, int, str]]:
+    """The objects an ``s3://bucket/prefix/**/*.tif`` glob names: ``(url, size, last_modified_ns, etag)``
+    from ONE prefix listing (paged by the store), matched client side; never a request per object. A
+    key without wildcards is one HEAD request; [] when it does not exist.
+
+    Raises ConfigError naming the bucket or endpoint (and no secret) when the listing itself fails."""
+    bucket, key_pattern = split_url(pattern)
+    prefix = glob_prefix(key_pattern)
+    rx = glob_regex(key_pattern)
+    import obstore
+    import obstore.exceptions
+
+    store = object_store(f"s3://{bucket}", storage)
+    found = []
+    try:
+        if not is_glob(key_pattern):  # one named object: one HEAD (a listing's prefix is a folder)
+            try:
+                meta = obstore.head(store, key_pattern)
+            except (FileNotFoundError, obstore.exceptions.NotFoundError):
+                return []
+            modified = meta["last_modified"]
+            return [(pattern, int(meta["size"]), int(modified.timestamp() * 1e9) if modified else 0,
+                     str(meta.get("e_tag") or ""))]  # fmt: skip
+        for batch in obstore.list(store, prefix=prefix or None, chunk_size=1000):
+            for meta in batch:
+                key = meta["path"]
+                if rx.match(key):
+                    modified = meta["last_modified"]
+                    found.append((
+                        f"s3://{bucket}/{key}", int(meta["size"]),
+                        int(modified.timestamp() * 1e9) if modified else 0, str(meta.get("e_tag") or ""),
+                    ))  # fmt: skip
+    except Exception as e:  # noqa: BLE001 - obstore's errors, turned into what the user can act on
+        raise store_error(e, f"s3://{bucket}/{prefix}", storage) from None
+    return found
+
+
+def store_error(error: BaseException, url: str, storage: StorageConfig, key: str = "inputs.paths") -> ConfigError:
+    """A ConfigError for a failed request to ``url`` that says which setting to check; no secret in it.
+    ``key``: the config key that named ``url``."""
+    text = redact(str(error))
+    first = text.strip().splitlines()[0][:300] if text.strip() else type(error).__name__
+    bucket = urlsplit(url).netloc
+    where = storage.endpoint_url or "AWS S3"
+    if "NoSuchBucket" in text or "bucket does not exist" in text:
+        return ConfigError(
+            key,
+            f"bucket {bucket!r} does not exist at {where}: check the bucket name, and storage.endpoint_url / "
+            "storage.region if the bucket lives elsewhere",
+        )
+    if any(s in text for s in ("tcp connect error", "ConnectionRefused", "dns error", "Connection refused",
+                                "error sending request", "timed out", "Timeout")):  # fmt: skip
+        return ConfigError(
+            "storage.endpoint_url",
+            f"cannot reach {where} for {url} ({first}): check storage.endpoint_url and the network",
+        )
+    if any(s in text for s in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403 Forbidden",
+                                "ExpiredToken", "InvalidToken", "Unauthenticated", "credential")):  # fmt: skip
+        return ConfigError(
+            "storage",
+            f"{where} refused the credentials for bucket {bucket!r} ({_error_code(text)}): check the AWS "
+            "credentials in the environment or storage.profile, or set storage.anonymous: true for a public "
+            "bucket",
+        )
+    return ConfigError(key, f"request for {url} at {where} failed: {first}")
+
+
+def _error_code(text: str) -> str:
+    m = re.search(r"<Code>([^<]+)</Code>", text)
+    return m.group(1) if m else "access denied"
+
+
+def head_url(url: str) -> tuple[int, int, str]:
+    """``(size, last_modified_ns, etag)`` of an ``http(s)://`` object: one HEAD request."""
+    import obstore
+    import obstore.store as obs
+
+    base, _, name = url.rpartition("/")
+    options: Any = {"allow_http": True} if url.startswith("http://") else None
+    meta = obstore.head(obs.HTTPStore.from_url(base, client_options=options), name)
+    modified = meta["last_modified"]
+    return int(meta["size"]), int(modified.timestamp() * 1e9) if modified else 0, str(meta.get("e_tag") or "")
+
+
+def check_access(urls: list[str], storage: StorageConfig) -> None:
+    """One ranged GET of the first ``s3://`` object of each bucket in ``urls``: raises the ConfigError of
+    :func:`store_error` for an unknown bucket, an endpoint that does not answer or refused credentials.
+    A missing object passes (it is skipped and listed at read time). For runs planned from a trusted
+    index, whose listing did not prove access; a bucket costs one request."""
+    import obstore
+
+    first: dict[str, str] = {}
+    for url in urls:
+        if url.startswith("s3://"):
+            first.setdefault(url[5:].split("/", 1)[0], url)
+    for bucket, url in first.items():
+        try:
+            obstore.get_range(object_store(f"s3://{bucket}", storage), split_url(url)[1], start=0, end=1)
+        except Exception as e:  # noqa: BLE001 - obstore's errors, sorted below
+            text = str(e)
+            if ("NoSuchKey" in text or "InvalidRange" in text) and "NoSuchBucket" not in text:
+                continue
+            raise store_error(e, url, storage) from None
+
+
+def read_object(url: str, storage: StorageConfig | None) -> bytes | None:
+    """The bytes of one object, or None when it does not exist."""
+    import obstore
+    import obstore.exceptions
+
+    parent, _, name = url.rpartition("/")
+    try:
+        return bytes(obstore.get(object_store(parent, storage or StorageConfig()), name).bytes())
+    except (FileNotFoundError, obstore.exceptions.NotFoundError):
+        return None
+    except Exception as e:  # noqa: BLE001
+        raise store_error(e, url, storage or StorageConfig(), key="inputs.index") from None
+
+
+def write_object(url: str, data: bytes, storage: StorageConfig | None) -> None:
+    """Put one whole object (S3 makes it visible whole or not at all)."""
+    import obstore
+
+    parent, _, name = url.rpartition("/")
+    try:
+        obstore.put(object_store(parent, storage or StorageConfig()), name, data)
+    except Exception as e:  # noqa: BLE001
+        raise store_error(e, url, storage or StorageConfig(), key="inputs.index") from None
+
+
+_FORWARDED_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+
+
+def worker_environment() -> dict[str, str]:
+    """The AWS chain's environment variables (``AWS_*``) and HTTP proxy settings of this process now:
+    what the local cluster's workers are started with. A worker spawned now would inherit them; one
+    forked from the fork server (:mod:`pipeline.workers`) has that server's environment from when it
+    started, which may predate them. They reach the workers through process start-up (the nanny's
+    ``env``), never through the task graph."""
+    return {k: v for k, v in os.environ.items() if k.startswith("AWS_") or k in _FORWARDED_ENV}

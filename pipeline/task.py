@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from pipeline import netstats
 from pipeline.errors import TileReadError
 from pipeline.grid import offset_transform
 from pipeline.plan import BandSpec, Partition
-from pipeline.read import open_count, read_window
+from pipeline.read import configure_reads, open_count, read_window
 from pipeline.resample import FirstValid, fuse_arrays
 from pipeline.warp import RowSpan, warp_window
 from pipeline.write import StoreWriter, journal_record
@@ -44,6 +45,8 @@ class TaskContext:
     worker resolves those from its own AWS chain), for an ``s3://`` store."""
     store_stamp: str | None = None
     """:func:`pipeline.write.store_stamp` of the store: workers read its metadata once per process."""
+    gdal_env: tuple[tuple[str, str], ...] = ()
+    """``inputs.gdal_env`` as (option, value) pairs, over the cloud defaults for remote reads."""
 
 
 def _worker_name() -> str:
@@ -117,6 +120,7 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
         gpu = detect_gpu()
         if not gpu.available:
             device, reason = "cpu", f"assigned to the GPU but this worker has none ({gpu.reason})"
+    configure_reads(ctx.storage, ctx.gdal_env)
     start = time.time()
     opened_before = open_count()
     read_s = resample_s = write_s = 0.0
@@ -209,4 +213,5 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
         "cost_bytes": partition.cost_bytes,
         "skipped": skipped,
         "degraded_chunks": degraded,
+        "network": netstats.take(),
     }
