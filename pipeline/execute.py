@@ -7,10 +7,13 @@ consumed with ``as_completed`` so no task blocks another.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import pickle
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -78,6 +81,7 @@ def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
 
     if config.execution.address:
         return Client(config.execution.address, timeout="30s"), None
+    start_worker_server()  # idempotent: `local-cluster` runs started it before planning; `auto` starts it here
     n = config.execution.workers or os.cpu_count() or 1
     n = max(1, min(n, n_partitions))
     settings: dict[str, Any] = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_MALLOC.items()}
@@ -208,24 +212,135 @@ def _progress_bar(total: int, shown: bool) -> Any:
     return contextlib.nullcontext(SimpleNamespace(update=lambda n=1: None))
 
 
+AUTO_THREADS_MAX_MB = 400.0
+"""``execution.scheduler: auto`` runs the partitions on threads in the driver up to this many MB of
+planned work (bytes to read plus bytes to write, summed over the partitions to do); above it, on a
+local cluster. Threads save the cluster's start (worker processes, warm-up, shutdown: ~1 s here) and
+every task's pickling; a cluster's worker processes avoid the driver's GIL on the Python parts of
+each task, which over a long run costs threads more than the start saves. The crossing point,
+measured with ``bench/scheduler.py`` (docs/performance.md), lies between the case study (92 MB of
+planned work; threads 0.72x the cluster's wall) and its 4x preset (368 MB; 0.86x); the bound sits
+just above the larger, where threads still win."""
+
+
+def choose_scheduler(config: Config, todo: list[Any]) -> tuple[str, str]:
+    """(scheduler, reason): ``threads``, ``local-cluster`` or the configured address, and why."""
+    chosen = config.execution.scheduler
+    if config.execution.address:
+        return config.execution.address, "an existing Dask scheduler was given"
+    if chosen != "auto":
+        return chosen, f"execution.scheduler is {chosen}"
+    if config.execution.device == "gpu":
+        return "local-cluster", "auto: GPU runs use worker processes"
+    if config.execution.device == "auto" and detect_gpu().available:
+        return "local-cluster", "auto: a GPU is present; GPU runs use worker processes"
+    work_mb = sum(p.cost_bytes for p in todo) / 1e6
+    if work_mb <= AUTO_THREADS_MAX_MB:
+        return "threads", f"auto: {work_mb:.0f} MB of planned work <= {AUTO_THREADS_MAX_MB:.0f} MB: threads"
+    return "local-cluster", f"auto: {work_mb:.0f} MB of planned work > {AUTO_THREADS_MAX_MB:.0f} MB: a local cluster"
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MB (getrusage: KiB on Linux, bytes on macOS)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1e6 if sys.platform == "darwin" else peak * 1024 / 1e6
+
+
+def _name_thread(ids: Iterator[int]) -> None:
+    """Name a pool thread ``thread-N``: the report's worker name for the tasks it runs."""
+    threading.current_thread().name = f"thread-{next(ids)}"
+
+
+class _InProcess:
+    """``client.run`` for the threads scheduler: the function runs once, here, for the one "worker"
+    that is this process (what :func:`_decide_devices` asks each worker)."""
+
+    def run(self, fn: Any, *args: Any, workers: list[str] | None = None) -> dict[str, Any]:
+        return {"threads": fn(*args)}
+
+
+def _run_on_thread(p: Any, ctx: TaskContext, device: str, reason: str) -> dict[str, Any]:
+    rec = run_partition(p, ctx, device, reason)
+    rec["worker"] = threading.current_thread().name
+    return rec
+
+
+def _execute_threads(
+    config: Config, todo: list[Any], ctx: TaskContext, progress: bool, crs: tuple[str, ...]
+) -> tuple[list[dict[str, Any]], float, int, list[str], dict[str, float]]:
+    """The partitions on a thread pool in this process: no cluster, no pickling. The kernels, GDAL's
+    decoding and the codecs release the GIL. Failed tasks are retried ``execution.retries`` times,
+    as Dask retries them."""
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+    n = (config.execution.workers or os.cpu_count() or 1) * config.execution.threads_per_worker
+    n = max(1, min(n, len(todo)))
+    warm_up(None, ctx, crs, True)
+    decisions = _decide_devices(_InProcess(), config, todo, ctx)
+    records: list[dict[str, Any]] = []
+    names = [f"thread-{i}" for i in range(n)]
+    t_exec = time.perf_counter()
+    pool = ThreadPoolExecutor(n, initializer=_name_thread, initargs=(itertools.count(),))
+    with pool, _progress_bar(len(todo), progress) as bar:
+        attempts: dict[Future[dict[str, Any]], tuple[int, int]] = {}
+        for i, (p, (device, reason)) in enumerate(zip(todo, decisions, strict=True)):
+            attempts[pool.submit(_run_on_thread, p, ctx, device, reason)] = (i, 0)
+        pending = set(attempts)
+        try:
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    i, tries = attempts.pop(fut)
+                    error = fut.exception()
+                    if error is None:
+                        records.append(fut.result())
+                        bar.update()
+                    elif tries < config.execution.retries:
+                        logger.info("partition %s failed (%s); retry %d", todo[i].key, error, tries + 1)
+                        device, reason = decisions[i]
+                        again = pool.submit(_run_on_thread, todo[i], ctx, device, reason)
+                        attempts[again] = (i, tries + 1)
+                        pending.add(again)
+                    else:
+                        raise error
+        except BaseException:
+            for fut in pending:
+                fut.cancel()
+            raise
+    exec_wall = time.perf_counter() - t_exec
+    peak = _peak_rss_mb()
+    return records, exec_wall, n, names, {name: peak for name in names}
+
+
 def _execute(
     config: Config, todo: list[Any], ctx: TaskContext, progress: bool, crs: tuple[str, ...]
-) -> tuple[list[dict[str, Any]], float, int, list[str]]:
-    """Submit every partition, then collect results as they finish: (records, wall, threads, workers).
+) -> tuple[list[dict[str, Any]], float, int, list[str], dict[str, Any]]:
+    """Submit every partition, then collect results as they finish: (records, wall, threads, workers,
+    info), ``info`` holding the scheduler used, why, and each worker's peak memory (MB).
 
     ``crs``: the tiles' CRSs, set up on every worker before the first task."""
+    scheduler, why = choose_scheduler(config, todo)
+    logger.info("scheduler: %s (%s)", scheduler, why)
+    info: dict[str, Any] = {"scheduler": scheduler, "reason": why}
+    if scheduler == "threads":
+        done, exec_wall, threads, names, info["worker_peak_mb"] = _execute_threads(config, todo, ctx, progress, crs)
+        return done, exec_wall, threads, names, info
+
     from distributed import as_completed
 
     records: list[dict[str, Any]] = []
     client, cluster = _start_client(config, len(todo))
     try:
-        info = client.scheduler_info(n_workers=-1)["workers"]
-        worker_names = [str(w.get("name", a)) for a, w in info.items()]
-        threads = sum(int(w.get("nthreads", 1)) for w in info.values()) or 1
+        info_workers = client.scheduler_info(n_workers=-1)["workers"]
+        worker_names = [str(w.get("name", a)) for a, w in info_workers.items()]
+        threads = sum(int(w.get("nthreads", 1)) for w in info_workers.values()) or 1
         local = not config.execution.address
         client.run(warm_up, _worker_log_level() if local else None, ctx, crs, local)
         decisions = _decide_devices(client, config, todo, ctx)
-        gpu_resources = any("GPU" in (w.get("resources") or {}) for w in info.values())
+        gpu_resources = any("GPU" in (w.get("resources") or {}) for w in info_workers.values())
         t_exec = time.perf_counter()
         futures = [
             client.submit(
@@ -250,11 +365,17 @@ def _execute(
                 client.cancel(futures)
                 raise
         exec_wall = time.perf_counter() - t_exec
+        try:
+            peaks = client.run(_peak_rss_mb)
+            info["worker_peak_mb"] = {str(info_workers.get(a, {}).get("name", a)): mb for a, mb in peaks.items()}
+        except Exception as e:  # noqa: BLE001 - a worker gone at the end costs the figure, not the run
+            logger.info("worker memory not collected: %s", e)
+            info["worker_peak_mb"] = {}
     finally:
         client.close()
         if cluster is not None:
             cluster.close()
-    return records, exec_wall, threads, worker_names
+    return records, exec_wall, threads, worker_names, info
 
 
 def run(
@@ -270,8 +391,8 @@ def run(
     ``shuffle_seed`` submits the partitions in a shuffled order (the cube must not change).
     """
     clock = StageClock()
-    if not config.execution.address:
-        start_worker_server()  # its imports overlap the planning below
+    if config.execution.scheduler == "local-cluster":
+        start_worker_server()  # its imports overlap the planning below (auto starts it once it picks a cluster)
     catalog, plan = plan_run(config, clock)
     if config.execution.device == "gpu" and not config.execution.address:
         check_request("gpu", {"local": asdict(detect_gpu())})  # refuse before anything is written
@@ -301,9 +422,11 @@ def run(
 
     records: list[dict[str, Any]] = []
     exec_wall, threads, worker_names = 0.0, 1, list[str]()
+    info: dict[str, Any] = {"scheduler": config.execution.address or config.execution.scheduler,
+                            "reason": "nothing to do", "worker_peak_mb": {}}  # fmt: skip
     if todo:
         crs = tuple(sorted(set(catalog.tiles["crs"])))
-        records, exec_wall, threads, worker_names = _execute(config, todo, ctx, progress, crs)
+        records, exec_wall, threads, worker_names, info = _execute(config, todo, ctx, progress, crs)
 
     with clock.stage("finalize"):
         store_bytes = finalize_store(config.output.path)
@@ -353,7 +476,8 @@ def run(
             "levels_used": plan.levels_used,
         },  # fmt: skip
         "execution": {
-            "scheduler": config.execution.address or "local",
+            "scheduler": info["scheduler"],
+            "scheduler_reason": info["reason"],
             "workers": len(worker_names),
             "threads": threads,
             "cores": os.cpu_count() or 1,
@@ -370,6 +494,9 @@ def run(
             "decisions": [{"task": r["id"], "device": r["device"], "reason": r["device_reason"]} for r in records],
         },
     }
+    report["memory"] = {"driver_peak_mb": _peak_rss_mb(), "worker_peak_mb": info["worker_peak_mb"]}
+    if info["scheduler"] == "threads":
+        report["memory"]["note"] = "threads share the driver's process: each one's figure is that process's peak"
     report["stragglers"] = compute_stragglers(records)
     report["diagnostics"] = compute_diagnostics(report)
     write_report(report, config.report_path)
