@@ -109,8 +109,9 @@ def test_auto_picks_threads_for_the_small_fixture(tmp_path: Path, small_dir: Pat
     assert set(result.report["workers"]) == {"thread-0", "thread-1"}
 
 
-def test_auto_picks_a_cluster_above_the_bound_for_addresses_and_gpus(tmp_path: Path, small_dir: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_auto_picks_a_cluster_above_the_bound_for_addresses_and_gpus(
+    tmp_path: Path, small_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
     cfg = load_config(path, ["execution.device=cpu"])
     _, plan = plan_run(cfg)
