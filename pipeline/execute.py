@@ -108,6 +108,31 @@ def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
     return Client(cluster), cluster
 
 
+PLAN_CHUNK_BYTES = 16 * 1024
+"""``pipeline plan`` advises larger ``output.chunks`` below this many bytes a chunk: fixed per-chunk costs
+were 69% of a 8 KiB chunk's time and 14% of a 32 KiB one's on the small fixture (the ``chunk_size``
+diagnostic measures them in each run; README, Diagnostics)."""
+
+
+def _plan_chunk_advice(plan: Plan) -> list[str]:
+    """Sizing advice from the plan alone: chunk size, and reads at full resolution for a coarser grid."""
+    from pipeline.report import READ_AMPLIFICATION, chunk_size_advice
+
+    advice = []
+    ch, cw = plan.grid.chunks_yx
+    itemsize = max((np.dtype(b.dtype).itemsize for b in plan.bands), default=1)
+    chunk_bytes = ch * cw * itemsize
+    if chunk_bytes < PLAN_CHUNK_BYTES:
+        advice.append(f"chunks of {chunk_bytes / 1024:.0f} KiB: under {PLAN_CHUNK_BYTES // 1024} KiB fixed per-chunk "
+                      "costs dominate; " + chunk_size_advice((ch, cw), chunk_bytes, None, plan.grid.shape_yx))  # fmt: skip
+    written = plan.n_jobs * chunk_bytes
+    full = plan.levels_used.get("full", 0)
+    if written and plan.bytes_read > READ_AMPLIFICATION * written and full * 2 >= sum(plan.levels_used.values()):
+        advice.append(f"reads {plan.bytes_read / written:.1f} bytes per byte written at full resolution: give the "
+                      "inputs overviews (gdaladdo -r average, or COGs) and use average, bilinear or cubic")  # fmt: skip
+    return advice
+
+
 def summarise_plan(config: Config, catalog: Any, plan: Plan, clock: StageClock | None = None) -> dict[str, Any]:
     """What ``pipeline plan`` prints: inputs, grid, chunks, tasks, bytes, advice."""
     import statistics
@@ -122,6 +147,7 @@ def summarise_plan(config: Config, catalog: Any, plan: Plan, clock: StageClock |
         advice.append("the largest partition is over 3x the median: lower output.chunks to even them out")
     if len(plan.partitions) > 100_000:
         advice.append("over 100,000 tasks: raise execution.partition_mb to keep scheduling overhead small")
+    advice += _plan_chunk_advice(plan)
     g = plan.grid
     return {
         "inputs": {
@@ -315,6 +341,14 @@ def _execute_threads(
     return records, exec_wall, n, names, {name: peak for name in names}
 
 
+def _machine_mb() -> float:
+    """This machine's physical memory, MB (0 where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e6
+    except (ValueError, OSError, AttributeError):
+        return 0.0
+
+
 def _execute(
     config: Config, todo: list[Any], ctx: TaskContext, progress: bool, crs: tuple[str, ...]
 ) -> tuple[list[dict[str, Any]], float, int, list[str], dict[str, Any]]:
@@ -327,6 +361,7 @@ def _execute(
     info: dict[str, Any] = {"scheduler": scheduler, "reason": why}
     if scheduler == "threads":
         done, exec_wall, threads, names, info["worker_peak_mb"] = _execute_threads(config, todo, ctx, progress, crs)
+        info["worker_limit_mb"] = {name: _machine_mb() for name in names}  # one process: the machine's memory
         return done, exec_wall, threads, names, info
 
     from distributed import as_completed
@@ -368,6 +403,8 @@ def _execute(
         try:
             peaks = client.run(_peak_rss_mb)
             info["worker_peak_mb"] = {str(info_workers.get(a, {}).get("name", a)): mb for a, mb in peaks.items()}
+            info["worker_limit_mb"] = {str(w.get("name", a)): float(w.get("memory_limit") or 0) / 1e6
+                                       for a, w in info_workers.items() if w.get("memory_limit")}  # fmt: skip
         except Exception as e:  # noqa: BLE001 - a worker gone at the end costs the figure, not the run
             logger.info("worker memory not collected: %s", e)
             info["worker_peak_mb"] = {}
@@ -474,6 +511,7 @@ def run(
             "bytes_to_read": plan.bytes_read,
             "partition_mb": config.execution.partition_mb,
             "levels_used": plan.levels_used,
+            "chunks_yx": list(plan.grid.chunks_yx),
         },  # fmt: skip
         "execution": {
             "scheduler": info["scheduler"],
@@ -494,7 +532,8 @@ def run(
             "decisions": [{"task": r["id"], "device": r["device"], "reason": r["device_reason"]} for r in records],
         },
     }
-    report["memory"] = {"driver_peak_mb": _peak_rss_mb(), "worker_peak_mb": info["worker_peak_mb"]}
+    report["memory"] = {"driver_peak_mb": _peak_rss_mb(), "worker_peak_mb": info["worker_peak_mb"],
+                        "worker_limit_mb": info.get("worker_limit_mb", {})}  # fmt: skip
     if info["scheduler"] == "threads":
         report["memory"]["note"] = "threads share the driver's process: each one's figure is that process's peak"
     report["stragglers"] = compute_stragglers(records)

@@ -103,6 +103,17 @@ def _picks_one(ctx: TaskContext) -> bool:
     return ctx.fuse in ("first", "last") and ctx.engine != "gdal" and ctx.grid_width > 0 and ctx.skip_covered
 
 
+def _add_chunk(fit: list[float], mb: float, seconds: float) -> None:
+    """Accumulate one chunk into a task's least-squares sums (``chunk_fit``): the report pools them over
+    the run's tasks to split a chunk's time into a fixed part and a part per MB
+    (:func:`pipeline.report.compute_chunk_costs`)."""
+    fit[0] += 1
+    fit[1] += mb
+    fit[2] += mb * mb
+    fit[3] += seconds
+    fit[4] += mb * seconds
+
+
 def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", reason: str = "") -> dict[str, Any]:
     """Compute and write every chunk of ``partition``; return its timing record.
 
@@ -123,7 +134,9 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
     skipped: list[dict[str, str]] = []
     degraded: list[str] = []
     bands = {b.name: b for b in ctx.bands}
+    fit = [0.0] * 5  # per chunk (MB = its bytes read + written, s): n, sum MB, sum MB^2, sum s, sum MB*s
     for job in partition.jobs:
+        t_job, mb_job = time.perf_counter(), bytes_read + bytes_written
         band = bands[job.band]
         r0, c0, h, w = job.window
         dst_transform = offset_transform(ctx.grid_transform, r0, c0)
@@ -175,12 +188,12 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
         fused = (
             mosaic.result() if mosaic is not None else fuse_arrays(warped, band.nodata, ctx.fuse) if warped else None
         )
-        if fused is None:
-            continue
-        t3 = time.perf_counter()
-        bytes_written += write_chunk(ctx.store_path, job.band, job.t, job.window, fused)
-        resample_s += t3 - t2
-        write_s += time.perf_counter() - t3
+        if fused is not None:
+            t3 = time.perf_counter()
+            bytes_written += write_chunk(ctx.store_path, job.band, job.t, job.window, fused)
+            resample_s += t3 - t2
+            write_s += time.perf_counter() - t3
+        _add_chunk(fit, (bytes_read + bytes_written - mb_job) / 1e6, time.perf_counter() - t_job)
     journal_record(ctx.store_path, partition.key)
     return {
         "id": partition.key,
@@ -201,6 +214,7 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
         "bytes_read": bytes_read,
         "bytes_written": bytes_written,
         "cost_bytes": partition.cost_bytes,
+        "chunk_fit": fit,
         "skipped": skipped,
         "degraded_chunks": degraded,
     }
