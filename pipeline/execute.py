@@ -123,8 +123,9 @@ def _plan_chunk_advice(plan: Plan) -> list[str]:
     itemsize = max((np.dtype(b.dtype).itemsize for b in plan.bands), default=1)
     chunk_bytes = ch * cw * itemsize
     if chunk_bytes < PLAN_CHUNK_BYTES:
+        to_set = chunk_size_advice((ch, cw), chunk_bytes, None, plan.grid.shape_yx)
         advice.append(f"chunks of {chunk_bytes / 1024:.0f} KiB: under {PLAN_CHUNK_BYTES // 1024} KiB fixed per-chunk "
-                      "costs dominate; " + chunk_size_advice((ch, cw), chunk_bytes, None, plan.grid.shape_yx))  # fmt: skip
+                      f"costs dominate; {to_set}")  # fmt: skip
     written = plan.n_jobs * chunk_bytes
     full = plan.levels_used.get("full", 0)
     if written and plan.bytes_read > READ_AMPLIFICATION * written and full * 2 >= sum(plan.levels_used.values()):
