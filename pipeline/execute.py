@@ -342,6 +342,13 @@ def _execute_threads(
     return records, exec_wall, n, names, {name: peak for name in names}
 
 
+def _threads_available(config: Config, threads: int) -> int:
+    """The worker threads the config asked for: local runs start no more than they have partitions."""
+    if config.execution.address:
+        return threads
+    return max(threads, (config.execution.workers or os.cpu_count() or 1) * config.execution.threads_per_worker)
+
+
 def _machine_mb() -> float:
     """This machine's physical memory, MB (0 where the OS does not say)."""
     try:
@@ -519,6 +526,7 @@ def run(
             "scheduler_reason": info["reason"],
             "workers": len(worker_names),
             "threads": threads,
+            "threads_available": _threads_available(config, threads),
             "cores": os.cpu_count() or 1,
             "device_requested": config.execution.device,
             "exec_wall_s": exec_wall,

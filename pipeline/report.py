@@ -99,6 +99,8 @@ MIN_TASKS = 10
 """Checks on the spread of task times (``task_overhead``, ``long_tail``) judge runs of at least this many
 tasks: a 5-task run's median gap is one or two samples of a noisy machine (``task_overhead`` warned on
 the small fixture's clean run about one time in five)."""
+STRAGGLER_SHARE = 0.1
+"""``long_tail`` counts a straggler that took at least this share of the run's parallel phase."""
 MIN_CHUNKS = 50
 """``chunk_size`` fits its per-chunk line over at least this many chunks."""
 CHUNK_FIXED_SHARE = 0.5
@@ -112,7 +114,7 @@ over before more tasks could help."""
 READ_AMPLIFICATION = 4.0
 """``overviews`` warns when the tasks read over this many bytes per byte written at full resolution: a
 grid 2x coarser than the inputs reads 4x its bytes without overviews, ~1x with them."""
-MIN_READ_BYTES = 8 << 20
+MIN_READ_BYTES = 1 << 20
 """``overviews`` judges runs that read at least this much."""
 MEMORY_SHARE = 0.8
 """``worker_memory`` warns when a worker's peak passes this share of its memory (its limit, or the
@@ -196,13 +198,18 @@ def compute_diagnostics(report: dict[str, Any]) -> list[dict[str, str]]:
         f"per-task overhead {per_task * 1e3:.1f} ms against a median task of {med * 1e3:.1f} ms ({share:.1%})"
         + ("" if n >= MIN_TASKS else f"; {n} tasks: too few to judge (needs {MIN_TASKS})"),
         "tasks are too small for their scheduling cost: raise execution.partition_mb"
-        + (f" to {_round_up(part_mb * share / TASK_OVERHEAD_SHARE * 2)} or more" if part_mb else ""),
+        + (f" (set execution.partition_mb={_round_up(part_mb * share / TASK_OVERHEAD_SHARE * 2)} or more)"
+           if part_mb else ""),
     ))  # fmt: skip
 
     stragglers = compute_stragglers(tasks)
     tail = max(durations) / med if med > 0 else 1.0
+    # A straggler matters where it can hold up the end: a 20 ms task 4x the median of 5 ms ones does not.
+    exec_wall = float(ex.get("exec_wall_s") or 0.0) or (max(t["end"] for t in tasks) - min(t["start"] for t in tasks)
+                                                        if tasks else 0.0)  # fmt: skip
+    long_enough = bool(stragglers) and stragglers[0]["duration_s"] >= STRAGGLER_SHARE * exec_wall
     out.append(_check(
-        "long_tail", bool(stragglers) and n >= MIN_TASKS,
+        "long_tail", long_enough and n >= MIN_TASKS,
         f"{len(stragglers)} task(s) over 3x the median ({med:.2f} s); longest {tail:.1f}x"
         + (": partition " + ", ".join(str(t["partition"]) for t in stragglers[:3]) if stragglers else ""),
         "uneven partitions: a chunk needs far more input than the others (a huge or very fine tile?); "
@@ -334,7 +341,9 @@ def _check_chunk_size(report: dict[str, Any]) -> dict[str, str]:
 
 
 def _check_partition_size(report: dict[str, Any], threads: int) -> dict[str, str]:
-    """Huge partitions: fewer tasks than worker threads could run, where the work could split."""
+    """Huge partitions: fewer tasks than worker threads could run, where the work could split. (Local runs
+    start no more workers than tasks: ``threads_available`` is what the config asked for.)"""
+    threads = max(threads, int(report["execution"].get("threads_available", threads)))
     tasks = report["tasks"]
     n, jobs = len(tasks), int(sum(t.get("chunks", 0) for t in tasks))
     busy = sum(t["end"] - t["start"] for t in tasks)
