@@ -239,15 +239,15 @@ def _progress_bar(total: int, shown: bool) -> Any:
     return contextlib.nullcontext(SimpleNamespace(update=lambda n=1: None))
 
 
-AUTO_THREADS_MAX_MB = 400.0
+AUTO_THREADS_MAX_MB = 800.0
 """``execution.scheduler: auto`` runs the partitions on threads in the driver up to this many MB of
 planned work (bytes to read plus bytes to write, summed over the partitions to do); above it, on a
-local cluster. Threads save the cluster's start (worker processes, warm-up, shutdown: ~1 s here) and
-every task's pickling; a cluster's worker processes avoid the driver's GIL on the Python parts of
-each task, which over a long run costs threads more than the start saves. The crossing point,
-measured with ``bench/scheduler.py`` (docs/performance.md), lies between the case study (92 MB of
-planned work; threads 0.72x the cluster's wall) and its 4x preset (368 MB; 0.86x); the bound sits
-just above the larger, where threads still win."""
+local cluster. Threads save the cluster's start and shutdown (0.9-1.1 s for "Dask alone" in
+``bench/bounds.py``) and every task's pickling; worker processes avoid the driver's GIL on the Python
+parts of each task, which grows with the work. Measured with ``BENCH_REPEATS=3 python bench/scheduler.py``
+(2 workers, 2 shared cores; docs/performance.md), threads' wall over the cluster's: small (4 MB) 0.44,
+casestudy (199 MB) 0.63, casestudy-x4 (797 MB) 0.95. The saving shrinks with size and would reach zero
+near ~1.1 GB on that trend; the bound is the largest size measured where threads still won."""
 
 
 def choose_scheduler(config: Config, todo: list[Any]) -> tuple[str, str]:
