@@ -35,7 +35,7 @@ from pipeline.report import (
     summarise_workers,
     write_report,
 )
-from pipeline.task import TaskContext, run_partition, warm_up
+from pipeline.task import TaskContext, peak_rss_mb, run_partition, warm_up
 from pipeline.workers import WORKER_MALLOC, start_worker_server, worker_start_method
 from pipeline.write import create_store, finalize_store, journal_done, store_config
 
@@ -267,15 +267,6 @@ def choose_scheduler(config: Config, todo: list[Any]) -> tuple[str, str]:
     return "local-cluster", f"auto: {work_mb:.0f} MB of planned work > {AUTO_THREADS_MAX_MB:.0f} MB: a local cluster"
 
 
-def _peak_rss_mb() -> float:
-    """This process's peak resident memory so far, in MB (getrusage: KiB on Linux, bytes on macOS)."""
-    import resource
-    import sys
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 1e6 if sys.platform == "darwin" else peak * 1024 / 1e6
-
-
 def _name_thread(ids: Iterator[int]) -> None:
     """Name a pool thread ``thread-N``: the report's worker name for the tasks it runs."""
     threading.current_thread().name = f"thread-{next(ids)}"
@@ -338,7 +329,7 @@ def _execute_threads(
                 fut.cancel()
             raise
     exec_wall = time.perf_counter() - t_exec
-    peak = _peak_rss_mb()
+    peak = peak_rss_mb()
     return records, exec_wall, n, names, {name: peak for name in names}
 
 
@@ -409,7 +400,7 @@ def _execute(
                 raise
         exec_wall = time.perf_counter() - t_exec
         try:
-            peaks = client.run(_peak_rss_mb)
+            peaks = client.run(peak_rss_mb)
             info["worker_peak_mb"] = {str(info_workers.get(a, {}).get("name", a)): mb for a, mb in peaks.items()}
             info["worker_limit_mb"] = {str(w.get("name", a)): float(w.get("memory_limit") or 0) / 1e6
                                        for a, w in info_workers.items() if w.get("memory_limit")}  # fmt: skip
@@ -541,7 +532,7 @@ def run(
             "decisions": [{"task": r["id"], "device": r["device"], "reason": r["device_reason"]} for r in records],
         },
     }
-    report["memory"] = {"driver_peak_mb": _peak_rss_mb(), "worker_peak_mb": info["worker_peak_mb"],
+    report["memory"] = {"driver_peak_mb": peak_rss_mb(), "worker_peak_mb": info["worker_peak_mb"],
                         "worker_limit_mb": info.get("worker_limit_mb", {})}  # fmt: skip
     if info["scheduler"] == "threads":
         report["memory"]["note"] = "threads share the driver's process: each one's figure is that process's peak"

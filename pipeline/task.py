@@ -97,6 +97,15 @@ def warm_up(
     return os.getpid()
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MB (getrusage: KiB on Linux, bytes on macOS); run on
+    each worker at the end of a run for the report's ``memory``."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1e6 if sys.platform == "darwin" else peak * 1024 / 1e6
+
+
 def _picks_one(ctx: TaskContext) -> bool:
     """first/last fusion on the kernels, where a block of the chunk resamples exactly as the whole
     (positions along grid rows): only then may a tile be resampled just where the chunk is empty."""
