@@ -449,6 +449,7 @@ def format_report(report: dict[str, Any]) -> str:
     dev = report["devices"]
     reason = dev["decisions"][0]["reason"] if dev["decisions"] else ""
     lines.append(f"devices: cpu {dev['cpu']} tasks, gpu {dev['gpu']} tasks ({reason})")
+    lines.append(_format_scheduler(report))
     if report["inputs"]["skipped"]:
         lines.append(f"skipped inputs: {len(report['inputs']['skipped'])}")
         lines += [f"  {s['path']}: {s['error']}" for s in report["inputs"]["skipped"][:10]]
@@ -459,6 +460,16 @@ def format_report(report: dict[str, Any]) -> str:
         if d["status"] == "warn" and d["advice"]:
             lines.append(f"       -> {d['advice']}")
     return "\n".join(lines)
+
+
+def _format_scheduler(report: dict[str, Any]) -> str:
+    """One line: where the tasks ran and why, and the peak memory of the driver and the busiest worker."""
+    ex, mem = report["execution"], report.get("memory") or {}
+    peaks = mem.get("worker_peak_mb") or {}
+    worst = max(peaks.items(), key=lambda kv: kv[1], default=None)
+    worker = f", {worst[0]} {worst[1]:.0f} MB" if worst else ""
+    return (f"scheduler: {ex.get('scheduler')} ({ex.get('scheduler_reason', '')}); peak memory: driver "
+            f"{mem.get('driver_peak_mb', 0.0):.0f} MB{worker}")  # fmt: skip
 
 
 def write_report(report: dict[str, Any], path: str) -> None:
