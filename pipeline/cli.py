@@ -91,10 +91,11 @@ def run(config: str, sets: tuple[str, ...], workers: int | None, scheduler: str 
     extra = {"execution.workers": workers, "execution.scheduler": scheduler, "execution.device": device}
     if report_path:
         extra["report.path"] = os.path.abspath(report_path)
-    from pipeline.config import read_config, uses_scheduler, validate
+    from pipeline.config import read_config, validate
 
     raw = read_config(config, list(sets) + [f"{k}={v}" for k, v in extra.items() if v is not None])
-    if not uses_scheduler(raw):
+    execution = raw.get("execution")
+    if isinstance(execution, dict) and execution.get("scheduler") == "local-cluster":
         start_worker_server()  # the local workers' imports, on another core, while this process imports and plans
     cfg = validate(raw, source=config)
     from pipeline.api import run as run_pipeline

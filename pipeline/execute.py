@@ -7,11 +7,14 @@ consumed with ``as_completed`` so no task blocks another.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
 import pickle
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -35,7 +38,7 @@ from pipeline.report import (
     write_report,
 )
 from pipeline.storage import worker_environment
-from pipeline.task import TaskContext, run_partition, warm_up
+from pipeline.task import TaskContext, peak_rss_mb, run_partition, warm_up
 from pipeline.workers import WORKER_MALLOC, start_worker_server, worker_start_method
 from pipeline.write import (
     create_store,
@@ -107,6 +110,7 @@ def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
 
     if config.execution.address:
         return Client(config.execution.address, timeout="30s"), None
+    start_worker_server()  # idempotent: `local-cluster` runs started it before planning; `auto` starts it here
     n = config.execution.workers or os.cpu_count() or 1
     n = max(1, min(n, n_partitions))
     settings: dict[str, Any] = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_MALLOC.items()}
@@ -134,6 +138,32 @@ def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
     return Client(cluster), cluster
 
 
+PLAN_CHUNK_BYTES = 16 * 1024
+"""``pipeline plan`` advises larger ``output.chunks`` below this many bytes a chunk: fixed per-chunk costs
+were 69% of a 8 KiB chunk's time and 14% of a 32 KiB one's on the small fixture (the ``chunk_size``
+diagnostic measures them in each run; README, Diagnostics)."""
+
+
+def _plan_chunk_advice(plan: Plan) -> list[str]:
+    """Sizing advice from the plan alone: chunk size, and reads at full resolution for a coarser grid."""
+    from pipeline.report import READ_AMPLIFICATION, chunk_size_advice
+
+    advice = []
+    ch, cw = plan.grid.chunks_yx
+    itemsize = max((np.dtype(b.dtype).itemsize for b in plan.bands), default=1)
+    chunk_bytes = ch * cw * itemsize
+    if chunk_bytes < PLAN_CHUNK_BYTES:
+        to_set = chunk_size_advice((ch, cw), chunk_bytes, None, plan.grid.shape_yx)
+        advice.append(f"chunks of {chunk_bytes / 1024:.0f} KiB: under {PLAN_CHUNK_BYTES // 1024} KiB fixed per-chunk "
+                      f"costs dominate; {to_set}")  # fmt: skip
+    written = plan.n_jobs * chunk_bytes
+    full = plan.levels_used.get("full", 0)
+    if written and plan.bytes_read > READ_AMPLIFICATION * written and full * 2 >= sum(plan.levels_used.values()):
+        advice.append(f"reads {plan.bytes_read / written:.1f} bytes per byte written at full resolution: give the "
+                      "inputs overviews (gdaladdo -r average, or COGs) and use average, bilinear or cubic")  # fmt: skip
+    return advice
+
+
 def summarise_plan(config: Config, catalog: Any, plan: Plan, clock: StageClock | None = None) -> dict[str, Any]:
     """What ``pipeline plan`` prints: inputs, grid, chunks, tasks, bytes, advice."""
     import statistics
@@ -148,6 +178,7 @@ def summarise_plan(config: Config, catalog: Any, plan: Plan, clock: StageClock |
         advice.append("the largest partition is over 3x the median: lower output.chunks to even them out")
     if len(plan.partitions) > 100_000:
         advice.append("over 100,000 tasks: raise execution.partition_mb to keep scheduling overhead small")
+    advice += _plan_chunk_advice(plan)
     g = plan.grid
     return {
         "inputs": {
@@ -246,25 +277,146 @@ def _progress_bar(total: int, shown: bool) -> Any:
     return contextlib.nullcontext(SimpleNamespace(update=lambda n=1: None))
 
 
+AUTO_THREADS_MAX_MB = 800.0
+"""``execution.scheduler: auto`` runs the partitions on threads in the driver up to this many MB of
+planned work (bytes to read plus bytes to write, summed over the partitions to do); above it, on a
+local cluster. Threads save the cluster's start and shutdown (0.9-1.1 s for "Dask alone" in
+``bench/bounds.py``) and every task's pickling; worker processes avoid the driver's GIL on the Python
+parts of each task, which grows with the work. Measured with ``BENCH_REPEATS=3 python bench/scheduler.py``
+(2 workers, 2 shared cores; docs/performance.md), threads' wall over the cluster's: small (4 MB) 0.44,
+casestudy (199 MB) 0.63, casestudy-x4 (797 MB) 0.95. The saving shrinks with size and would reach zero
+near ~1.1 GB on that trend; the bound is the largest size measured where threads still won."""
+
+
+def choose_scheduler(config: Config, todo: list[Any], given: Any = None) -> tuple[str, str]:
+    """(scheduler, reason): ``threads``, ``local-cluster``, the configured address or the caller's
+    client's scheduler, and why."""
+    chosen = config.execution.scheduler
+    if given is not None:
+        return str(given.scheduler.address), "the caller's distributed.Client was given"
+    if config.execution.address:
+        return config.execution.address, "an existing Dask scheduler was given"
+    if chosen != "auto":
+        return chosen, f"execution.scheduler is {chosen}"
+    if config.execution.device == "gpu":
+        return "local-cluster", "auto: GPU runs use worker processes"
+    if config.execution.device == "auto" and detect_gpu().available:
+        return "local-cluster", "auto: a GPU is present; GPU runs use worker processes"
+    work_mb = sum(p.cost_bytes for p in todo) / 1e6
+    if work_mb <= AUTO_THREADS_MAX_MB:
+        return "threads", f"auto: {work_mb:.0f} MB of planned work <= {AUTO_THREADS_MAX_MB:.0f} MB: threads"
+    return "local-cluster", f"auto: {work_mb:.0f} MB of planned work > {AUTO_THREADS_MAX_MB:.0f} MB: a local cluster"
+
+
+def _name_thread(ids: Iterator[int]) -> None:
+    """Name a pool thread ``thread-N``: the report's worker name for the tasks it runs."""
+    threading.current_thread().name = f"thread-{next(ids)}"
+
+
+class _InProcess:
+    """``client.run`` for the threads scheduler: the function runs once, here, for the one "worker"
+    that is this process (what :func:`_decide_devices` asks each worker)."""
+
+    def run(self, fn: Any, *args: Any, workers: list[str] | None = None) -> dict[str, Any]:
+        return {"threads": fn(*args)}
+
+
+def _run_on_thread(p: Any, ctx: TaskContext, device: str, reason: str) -> dict[str, Any]:
+    rec = run_partition(p, ctx, device, reason)
+    rec["worker"] = threading.current_thread().name
+    return rec
+
+
+def _execute_threads(
+    config: Config, todo: list[Any], ctx: TaskContext, progress: bool, crs: tuple[str, ...]
+) -> tuple[list[dict[str, Any]], float, int, list[str], dict[str, float]]:
+    """The partitions on a thread pool in this process: no cluster, no pickling. The kernels, GDAL's
+    decoding and the codecs release the GIL. Failed tasks are retried ``execution.retries`` times,
+    as Dask retries them."""
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+    n = (config.execution.workers or os.cpu_count() or 1) * config.execution.threads_per_worker
+    n = max(1, min(n, len(todo)))
+    warm_up(None, ctx, crs, True)
+    decisions = _decide_devices(_InProcess(), config, todo, ctx)
+    records: list[dict[str, Any]] = []
+    names = [f"thread-{i}" for i in range(n)]
+    t_exec = time.perf_counter()
+    pool = ThreadPoolExecutor(n, initializer=_name_thread, initargs=(itertools.count(),))
+    with pool, _progress_bar(len(todo), progress) as bar:
+        attempts: dict[Future[dict[str, Any]], tuple[int, int]] = {}
+        for i, (p, (device, reason)) in enumerate(zip(todo, decisions, strict=True)):
+            attempts[pool.submit(_run_on_thread, p, ctx, device, reason)] = (i, 0)
+        pending = set(attempts)
+        try:
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    i, tries = attempts.pop(fut)
+                    error = fut.exception()
+                    if error is None:
+                        records.append(fut.result())
+                        bar.update()
+                    elif tries < config.execution.retries:
+                        logger.info("partition %s failed (%s); retry %d", todo[i].key, error, tries + 1)
+                        device, reason = decisions[i]
+                        again = pool.submit(_run_on_thread, todo[i], ctx, device, reason)
+                        attempts[again] = (i, tries + 1)
+                        pending.add(again)
+                    else:
+                        raise error
+        except BaseException:
+            for fut in pending:
+                fut.cancel()
+            raise
+    exec_wall = time.perf_counter() - t_exec
+    peak = peak_rss_mb()
+    return records, exec_wall, n, names, {name: peak for name in names}
+
+
+def _threads_available(config: Config, threads: int) -> int:
+    """The worker threads the config asked for: local runs start no more than they have partitions."""
+    if config.execution.address:
+        return threads
+    return max(threads, (config.execution.workers or os.cpu_count() or 1) * config.execution.threads_per_worker)
+
+
+def _machine_mb() -> float:
+    """This machine's physical memory, MB (0 where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e6
+    except (ValueError, OSError, AttributeError):
+        return 0.0
+
+
 def _execute(
     config: Config, todo: list[Any], ctx: TaskContext, progress: bool, crs: tuple[str, ...], given: Any = None
-) -> tuple[list[dict[str, Any]], float, int, list[str]]:
-    """Submit every partition, then collect results as they finish: (records, wall, threads, workers).
+) -> tuple[list[dict[str, Any]], float, int, list[str], dict[str, Any]]:
+    """Submit every partition, then collect results as they finish: (records, wall, threads, workers,
+    info), ``info`` holding the scheduler used, why, and each worker's peak memory (MB).
 
     ``crs``: the tiles' CRSs, set up on every worker before the first task. ``given``: the caller's
     ``distributed.Client``, used as it is and left open."""
+    scheduler, why = choose_scheduler(config, todo, given)
+    logger.info("scheduler: %s (%s)", scheduler, why)
+    info: dict[str, Any] = {"scheduler": scheduler, "reason": why}
+    if scheduler == "threads":
+        done, exec_wall, threads, names, info["worker_peak_mb"] = _execute_threads(config, todo, ctx, progress, crs)
+        info["worker_limit_mb"] = {name: _machine_mb() for name in names}  # one process: the machine's memory
+        return done, exec_wall, threads, names, info
+
     from distributed import as_completed
 
     records: list[dict[str, Any]] = []
     client, cluster = (given, None) if given is not None else _start_client(config, len(todo))
     try:
-        info = client.scheduler_info(n_workers=-1)["workers"]
-        worker_names = [str(w.get("name", a)) for a, w in info.items()]
-        threads = sum(int(w.get("nthreads", 1)) for w in info.values()) or 1
+        info_workers = client.scheduler_info(n_workers=-1)["workers"]
+        worker_names = [str(w.get("name", a)) for a, w in info_workers.items()]
+        threads = sum(int(w.get("nthreads", 1)) for w in info_workers.values()) or 1
         local = not config.execution.address and given is None
         client.run(warm_up, _worker_log_level() if local else None, ctx, crs, local)
         decisions = _decide_devices(client, config, todo, ctx)
-        gpu_resources = any("GPU" in (w.get("resources") or {}) for w in info.values())
+        gpu_resources = any("GPU" in (w.get("resources") or {}) for w in info_workers.values())
         t_exec = time.perf_counter()
         futures = [
             client.submit(
@@ -289,12 +441,20 @@ def _execute(
                 client.cancel(futures)
                 raise
         exec_wall = time.perf_counter() - t_exec
+        try:
+            peaks = client.run(peak_rss_mb)
+            info["worker_peak_mb"] = {str(info_workers.get(a, {}).get("name", a)): mb for a, mb in peaks.items()}
+            info["worker_limit_mb"] = {str(w.get("name", a)): float(w.get("memory_limit") or 0) / 1e6
+                                       for a, w in info_workers.items() if w.get("memory_limit")}  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - a worker gone at the end costs the figure, not the run
+            logger.info("worker memory not collected: %s", e)
+            info["worker_peak_mb"] = {}
     finally:
         if given is None:
             client.close()
         if cluster is not None:
             cluster.close()
-    return records, exec_wall, threads, worker_names
+    return records, exec_wall, threads, worker_names, info
 
 
 def run(
@@ -313,8 +473,8 @@ def run(
     """
     clock = StageClock()
     own_workers = not config.execution.address and client is None
-    if own_workers:
-        start_worker_server()  # its imports overlap the planning below
+    if own_workers and config.execution.scheduler == "local-cluster":
+        start_worker_server()  # its imports overlap the planning below (auto starts it once it picks a cluster)
     catalog, plan = plan_run(config, clock)
     if config.inputs.trust_index:  # planned without a request: check the store answers before writing
         from pipeline.storage import check_access
@@ -351,9 +511,11 @@ def run(
 
     records: list[dict[str, Any]] = []
     exec_wall, threads, worker_names = 0.0, 1, list[str]()
+    info: dict[str, Any] = {"scheduler": config.execution.address or config.execution.scheduler,
+                            "reason": "nothing to do", "worker_peak_mb": {}}  # fmt: skip
     if todo:
         crs = tuple(sorted(set(catalog.tiles["crs"])))
-        records, exec_wall, threads, worker_names = _execute(config, todo, ctx, progress, crs, client)
+        records, exec_wall, threads, worker_names, info = _execute(config, todo, ctx, progress, crs, client)
 
     with clock.stage("finalize"):
         usage = finalize_store(config.output.path, config.storage)
@@ -404,11 +566,14 @@ def run(
             "bytes_to_read": plan.bytes_read,
             "partition_mb": config.execution.partition_mb,
             "levels_used": plan.levels_used,
+            "chunks_yx": list(plan.grid.chunks_yx),
         },  # fmt: skip
         "execution": {
-            "scheduler": config.execution.address or (client.scheduler.address if client is not None else "local"),
+            "scheduler": info["scheduler"],
+            "scheduler_reason": info["reason"],
             "workers": len(worker_names),
             "threads": threads,
+            "threads_available": _threads_available(config, threads),
             "cores": os.cpu_count() or 1,
             "device_requested": config.execution.device,
             "exec_wall_s": exec_wall,
@@ -424,6 +589,10 @@ def run(
         },
     }
     report["network"] = network
+    report["memory"] = {"driver_peak_mb": peak_rss_mb(), "worker_peak_mb": info["worker_peak_mb"],
+                        "worker_limit_mb": info.get("worker_limit_mb", {})}  # fmt: skip
+    if info["scheduler"] == "threads":
+        report["memory"]["note"] = "threads share the driver's process: each one's figure is that process's peak"
     report["stragglers"] = compute_stragglers(records)
     report["diagnostics"] = compute_diagnostics(report)
     if is_url(config.report_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,8 @@ class TaskContext:
 
 
 def _worker_name() -> str:
+    if "distributed" not in sys.modules:  # the threads scheduler names its threads itself; no 0.4 s import
+        return f"local-{os.getpid()}"
     try:
         from distributed import get_worker
 
@@ -102,10 +105,30 @@ def warm_up(
     return os.getpid()
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MB (getrusage: KiB on Linux, bytes on macOS); run on
+    each worker at the end of a run for the report's ``memory``."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1e6 if sys.platform == "darwin" else peak * 1024 / 1e6
+
+
 def _picks_one(ctx: TaskContext) -> bool:
     """first/last fusion on the kernels, where a block of the chunk resamples exactly as the whole
     (positions along grid rows): only then may a tile be resampled just where the chunk is empty."""
     return ctx.fuse in ("first", "last") and ctx.engine != "gdal" and ctx.grid_width > 0 and ctx.skip_covered
+
+
+def _add_chunk(fit: list[float], mb: float, seconds: float) -> None:
+    """Accumulate one chunk into a task's least-squares sums (``chunk_fit``): the report pools them over
+    the run's tasks to split a chunk's time into a fixed part and a part per MB
+    (:func:`pipeline.report.compute_chunk_costs`)."""
+    fit[0] += 1
+    fit[1] += mb
+    fit[2] += mb * mb
+    fit[3] += seconds
+    fit[4] += mb * seconds
 
 
 def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", reason: str = "") -> dict[str, Any]:
@@ -130,7 +153,9 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
     degraded: list[str] = []
     bands = {b.name: b for b in ctx.bands}
     writer = StoreWriter(ctx.store_path, ctx.storage, ctx.store_stamp)
+    fit = [0.0] * 5  # per chunk (MB = its bytes read + written, s): n, sum MB, sum MB^2, sum s, sum MB*s
     for job in partition.jobs:
+        t_job, mb_job = time.perf_counter(), bytes_read + bytes_written
         band = bands[job.band]
         r0, c0, h, w = job.window
         dst_transform = offset_transform(ctx.grid_transform, r0, c0)
@@ -182,12 +207,12 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
         fused = (
             mosaic.result() if mosaic is not None else fuse_arrays(warped, band.nodata, ctx.fuse) if warped else None
         )
-        if fused is None:
-            continue
-        t3 = time.perf_counter()
-        bytes_written += writer.write_chunk(job.band, job.t, job.window, fused)
-        resample_s += t3 - t2
-        write_s += time.perf_counter() - t3
+        if fused is not None:
+            t3 = time.perf_counter()
+            bytes_written += writer.write_chunk(job.band, job.t, job.window, fused)
+            resample_s += t3 - t2
+            write_s += time.perf_counter() - t3
+        _add_chunk(fit, (bytes_read + bytes_written - mb_job) / 1e6, time.perf_counter() - t_job)
     t4 = time.perf_counter()
     writer.flush()  # a sharded array's shards, each whole
     journal_record(ctx.store_path, partition.key, ctx.storage)
@@ -211,6 +236,7 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
         "bytes_read": bytes_read,
         "bytes_written": bytes_written,
         "cost_bytes": partition.cost_bytes,
+        "chunk_fit": fit,
         "skipped": skipped,
         "degraded_chunks": degraded,
         "network": netstats.take(),

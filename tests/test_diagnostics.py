@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -36,18 +37,11 @@ def clean(tmp_path_factory: pytest.TempPathFactory, small_dir: Path) -> dict[str
 
 def test_clean_run_warns_on_nothing(clean: dict[str, Any]) -> None:
     assert set(statuses(clean)) == {"workers_used", "task_overhead", "long_tail", "task_args_size", "blocking",
-                                    "gpu_ran", "io_vs_compute", "idle_workers"}  # fmt: skip
+                                    "gpu_ran", "io_vs_compute", "idle_workers", "chunk_size", "partition_size",
+                                    "overviews", "worker_memory", "gpu_windows"}  # fmt: skip
     assert warned(clean) == set(), clean["diagnostics"]
     for d in clean["diagnostics"]:
         assert d["detail"]
-
-
-def test_tiny_partitions_warn_task_overhead(tmp_path: Path, small_dir: Path) -> None:
-    cfg = load_config(write_config(tmp_path, str(small_dir / "**" / "*.tif")),
-                      ["execution.partition_mb=0.002", "output.chunks={y: 32, x: 32}"])  # fmt: skip
-    report = run(cfg).report
-    assert "task_overhead" in warned(report)
-    assert next(d for d in report["diagnostics"] if d["check"] == "task_overhead")["advice"]
 
 
 def test_one_huge_tile_warns_long_tail(tmp_path: Path, small_dir: Path) -> None:
@@ -142,3 +136,130 @@ def test_html_report_renders_in_headless_chromium(clean: dict[str, Any], tmp_pat
         assert present(COLOURS[stage]) > 200, stage
     for png in (stages_png, timeline_png):
         assert imread(png).std() > 0.05
+
+
+def advice(report: dict[str, Any], check: str) -> str:
+    return next(d["advice"] for d in report["diagnostics"] if d["check"] == check)
+
+
+def suggested(text: str, key: str) -> str:
+    """The value the advice says to set ``key`` to (``key=VALUE``, VALUE up to a space)."""
+    m = re.search(re.escape(key) + r"=(\{[^}]*\}|[^ ,;)]+)", text)
+    assert m, (key, text)
+    return m.group(1)
+
+
+def test_tiny_chunks_warn_chunk_size_and_its_advice_removes_it(tmp_path: Path, small_dir: Path) -> None:
+    path = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
+    report = run(load_config(path, ["output.chunks={y: 32, x: 32}"])).report
+    assert "chunk_size" in warned(report), report["diagnostics"]
+    chunks = suggested(advice(report, "chunk_size"), "output.chunks")
+    fixed = run(load_config(path, [f"output.chunks={chunks}"]), overwrite=True).report
+    assert fixed["plan"]["chunks_yx"][0] >= 256
+    assert "chunk_size" not in warned(fixed), fixed["diagnostics"]
+
+
+def test_tiny_partitions_advice_removes_task_overhead(tmp_path: Path, small_dir: Path) -> None:
+    path = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
+    common = ["output.chunks={y: 32, x: 32}", "execution.scheduler=local-cluster"]
+    report = run(load_config(path, [*common, "execution.partition_mb=0.002"])).report
+    assert "task_overhead" in warned(report), report["diagnostics"]
+    mb = suggested(advice(report, "task_overhead"), "execution.partition_mb")
+    fixed = run(load_config(path, [*common, f"execution.partition_mb={mb}"]), overwrite=True).report
+    assert float(mb) > 0.002 and "task_overhead" not in warned(fixed), fixed["diagnostics"]
+
+
+def test_huge_partitions_warn_partition_size_and_its_advice_removes_it(tmp_path: Path, small_dir: Path) -> None:
+    path = write_config(tmp_path, str(small_dir / "**" / "*.tif"), output={"chunks": {"y": 64, "x": 64}})
+    report = run(load_config(path, ["execution.partition_mb=1024"])).report
+    assert len(report["tasks"]) == 1 and "partition_size" in warned(report), report["diagnostics"]
+    mb = suggested(advice(report, "partition_size"), "execution.partition_mb")
+    fixed = run(load_config(path, [f"execution.partition_mb={mb}"]), overwrite=True).report
+    assert len(fixed["tasks"]) >= 2 and "partition_size" not in warned(fixed), fixed["diagnostics"]
+
+
+def test_one_worker_advice_removes_workers_used(tmp_path: Path, small_dir: Path) -> None:
+    path = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
+    report = run(load_config(path, ["execution.workers=1"])).report
+    assert "workers_used" in warned(report)
+    n = suggested(advice(report, "workers_used"), "execution.workers")
+    fixed = run(load_config(path, [f"execution.workers={n}"]), overwrite=True).report
+    assert "workers_used" not in warned(fixed), fixed["diagnostics"]
+
+
+def _without_overviews(src_dir: Path, out: Path) -> None:
+    """The fixture's tiles as plain tiled GeoTIFFs, without their overviews."""
+    import rasterio.shutil
+
+    for tif in sorted(src_dir.glob("*/*.tif")):
+        (out / tif.parent.name).mkdir(parents=True, exist_ok=True)
+        rasterio.shutil.copy(str(tif), str(out / tif.parent.name / tif.name), driver="GTiff", tiled=True,
+                             compress="deflate")  # fmt: skip
+
+
+def test_downsampling_without_overviews_warns_and_overviews_remove_it(tmp_path: Path, small_dir: Path) -> None:
+    from rasterio.enums import Resampling
+
+    data = tmp_path / "data"
+    _without_overviews(small_dir, data)
+    with rasterio.open(next(data.glob("*/*.tif"))) as ds:
+        assert ds.overviews(1) == []
+    path = write_config(tmp_path, str(data / "**" / "*.tif"), grid={"crs": "EPSG:32632", "resolution": 80})
+    report = run(load_config(path)).report
+    assert "overviews" in warned(report), report["diagnostics"]
+    assert "overviews" in advice(report, "overviews")
+    for tif in data.glob("*/*.tif"):  # the advice: gdaladdo -r average
+        with rasterio.open(tif, "r+") as ds:
+            ds.build_overviews([2, 4, 8], Resampling.average)
+    fixed = run(load_config(path), overwrite=True).report
+    assert "full" not in fixed["plan"]["levels_used"] or fixed["plan"]["levels_used"]["full"] < 16
+    assert "overviews" not in warned(fixed), fixed["diagnostics"]
+
+
+def test_gpu_forced_on_tiny_windows_warns_gpu_windows(clean: dict[str, Any]) -> None:
+    """No GPU here: the decisions ``device: gpu`` forces are planted in a real run's report."""
+    report = copy.deepcopy(clean)
+    report["execution"]["device_requested"] = "gpu"
+    for t in report["tasks"]:
+        t["device"], t["device_reason"] = "gpu", "device: gpu requested"
+    report["devices"].update(cpu=0, gpu=len(report["tasks"]))
+    report["diagnostics"] = compute_diagnostics(report)
+    assert "gpu_windows" in warned(report) and "execution.device=auto" in advice(report, "gpu_windows")
+    # Following it: the cost model keeps these windows on the CPU (device.decide says "CPU faster").
+    for t in report["tasks"]:
+        t["device"] = "cpu"
+    report["devices"].update(cpu=len(report["tasks"]), gpu=0)
+    report["execution"]["device_requested"] = "auto"
+    report["diagnostics"] = compute_diagnostics(report)
+    assert "gpu_windows" not in warned(report)
+
+
+def test_worker_near_its_memory_warns_worker_memory(clean: dict[str, Any]) -> None:
+    report = copy.deepcopy(clean)
+    worker = next(iter(report["memory"]["worker_peak_mb"]))
+    report["memory"]["worker_limit_mb"] = {worker: 1000.0}
+    report["memory"]["worker_peak_mb"][worker] = 950.0
+    report["diagnostics"] = compute_diagnostics(report)
+    assert "worker_memory" in warned(report) and "output.chunks" in advice(report, "worker_memory")
+
+
+def test_checks_on_task_times_need_enough_tasks(clean: dict[str, Any]) -> None:
+    """A slow dispatch on a 5-task run is not evidence; the same per-task overhead over 12 tasks is."""
+    report = copy.deepcopy(clean)
+    assert len(report["tasks"]) < 10
+    by_worker: dict[str, float] = {}
+    for t in sorted(report["tasks"], key=lambda x: x["start"]):  # 50% of each task outside the stages
+        d = (t["end"] - t["start"]) * 1.5
+        start = by_worker.get(t["worker"], t["start"])
+        t["start"], t["end"] = start, start + d
+        by_worker[t["worker"]] = t["end"] + d
+    report["diagnostics"] = compute_diagnostics(report)
+    assert "task_overhead" not in warned(report)
+    assert "too few to judge" in next(d["detail"] for d in report["diagnostics"] if d["check"] == "task_overhead")
+    more = copy.deepcopy(report)
+    shift = max(t["end"] for t in report["tasks"]) - min(t["start"] for t in report["tasks"]) + 1
+    for k in (1, 2):
+        more["tasks"] += [dict(t, start=t["start"] + k * shift, end=t["end"] + k * shift) for t in report["tasks"]]
+    assert len(more["tasks"]) >= 10
+    more["diagnostics"] = compute_diagnostics(more)
+    assert "task_overhead" in warned(more), more["diagnostics"]

@@ -153,7 +153,7 @@ def _workers(pid: int) -> list[int]:
 def test_worker_killed_mid_run_is_rescheduled(tmp_path: Path, small_dir: Path, clean_cube: Path) -> None:
     cfg = write_config(tmp_path, str(small_dir / "**" / "*.tif"), output={"chunks": {"y": 64, "x": 64}})
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(cfg), "-q", "--workers", "2",
-                             "--set", "execution.partition_mb=0.05"],
+                             "--set", "execution.partition_mb=0.05", "--set", "execution.scheduler=local-cluster"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     journal = tmp_path / "out.zarr" / JOURNAL_DIR
     deadline = time.time() + 120
@@ -204,7 +204,7 @@ def test_store_turning_read_only_mid_run_then_resume(tmp_path: Path, small_dir: 
                        execution={"retries": 0})  # fmt: skip
     store = tmp_path / "out.zarr"
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(cfg), "-q", "--workers", "1",
-                             "--set", "execution.partition_mb=0.05"],
+                             "--set", "execution.partition_mb=0.05", "--set", "execution.scheduler=local-cluster"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     journal = store / JOURNAL_DIR
     deadline = time.time() + 120

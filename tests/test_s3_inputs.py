@@ -21,8 +21,8 @@ from pipeline.errors import ConfigError
 from pipeline.execute import plan_run, run
 from pipeline.report import compute_diagnostics, format_report
 from pipeline.storage import list_objects
-from tests.helpers import PATTERN, write_config
 from tests.faultproxy import FaultProxy
+from tests.helpers import PATTERN, write_config
 from tests.s3server import TEST_CREDENTIALS, free_port, start_moto, upload_tree
 
 BANDS = ("B01", "B02", "B04", "B11")

@@ -1,0 +1,82 @@
+"""Threads against a local cluster, whole processes, on fixtures of growing size: the measurement behind
+``execution.scheduler: auto`` (:data:`pipeline.execute.AUTO_THREADS_MAX_MB`).
+
+For each config (``configs/small.yaml``, ``configs/casestudy.yaml``, and ``configs/casestudy-x4.yaml``
+where its fixture exists): ``pipeline run CONFIG --workers 2 --set execution.scheduler=S`` for S in
+threads and local-cluster, taking turns, ``BENCH_REPEATS`` times (default 3) after a warm-up of each;
+medians, the ratio threads / local-cluster, and the planned work (MB to read plus MB to write) that
+auto compares with its bound. Also each run's peak memory (driver, workers) from its report.
+Writes ``bench/results/scheduler.json``. ``BENCH_CONFIGS`` (comma-separated paths) picks the configs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import peers
+from save import save_json
+
+ROOT = peers.ROOT
+OUT = os.path.join(ROOT, "out", "scheduler")
+SCHEDULERS = ("threads", "local-cluster")
+
+
+def planned_mb(config: str) -> float:
+    from pipeline.config import load_config
+    from pipeline.execute import plan_run
+
+    _, plan = plan_run(load_config(config))
+    return float(plan.partitions.costs().sum()) / 1e6
+
+
+def runner(config: str, scheduler: str) -> tuple[str, object]:
+    name = os.path.splitext(os.path.basename(config))[0]
+    report = f"{OUT}/{name}-{scheduler}.report.json"
+
+    out = f"{OUT}/{name}-{scheduler}.zarr"
+
+    def run() -> None:
+        subprocess.run([sys.executable, "-m", "pipeline", "run", config, "-q", "--overwrite", "--workers", "2",
+                        "--set", f"execution.scheduler={scheduler}", "--set", f"output.path={out}",
+                        "--report", report], check=True, cwd=ROOT)  # fmt: skip
+
+    return report, run
+
+
+def main() -> None:
+    os.makedirs(OUT, exist_ok=True)
+    default = [os.path.join(ROOT, "configs", f"{n}.yaml") for n in ("small", "casestudy", "casestudy-x4")]
+    configs = os.environ.get("BENCH_CONFIGS", "").split(",") if os.environ.get("BENCH_CONFIGS") else default
+    configs = [c for c in configs if os.path.exists(c)]
+    if not os.path.isdir(os.path.join(ROOT, "data_fixtures", "casestudy-x4")):
+        configs = [c for c in configs if "casestudy-x4" not in c]
+    results = {}
+    for config in configs:
+        name = os.path.splitext(os.path.basename(config))[0]
+        tools, reports = {}, {}
+        for s in SCHEDULERS:
+            reports[s], tools[s] = runner(config, s)
+        for fn in tools.values():  # warm-up: page cache, imports, index
+            fn()
+        times, med = peers.interleaved(tools)
+        memory = {}
+        for s in SCHEDULERS:
+            with open(reports[s]) as f:
+                rep = json.load(f)
+            assert rep["execution"]["scheduler"] == s, rep["execution"]
+            memory[s] = {"driver_peak_mb": rep["memory"]["driver_peak_mb"],
+                         "worker_peak_mb": max(rep["memory"]["worker_peak_mb"].values(), default=0.0)}  # fmt: skip
+        results[name] = {"planned_mb": planned_mb(config), "times_s": times, "median_s": med,
+                         "threads_over_cluster": med["threads"] / med["local-cluster"], "memory": memory}  # fmt: skip
+        r = results[name]
+        print(f"{name:<14} planned {r['planned_mb']:7.1f} MB   threads {med['threads']:6.2f} s   "
+              f"local-cluster {med['local-cluster']:6.2f} s   ratio {r['threads_over_cluster']:.2f}   "
+              f"({peers.REPEATS} interleaved runs)", flush=True)  # fmt: skip
+    print("saved", save_json("scheduler", {"repeats": peers.REPEATS, "cores": os.cpu_count(), "results": results}))
+
+
+if __name__ == "__main__":
+    main()
