@@ -116,14 +116,20 @@ def run(
 
 
 def storage_options(config: Config) -> dict[str, Any] | None:
-    """Options for opening ``config.output.path`` with xarray/zarr (``storage_options=``): None for a local
-    store. The object-store support fills this in for ``s3://`` outputs from ``config.storage``
-    (endpoint, region, anonymous, profile; credentials from the usual AWS chain, never from here)."""
-    return None
+    """Options for opening ``config.output.path`` with xarray through fsspec (``storage_options=``): None
+    for a local store; for ``s3://``, s3fs's options from ``config.storage`` (endpoint, region,
+    anonymous, profile; credentials from the usual AWS chain, never from here)."""
+    from pipeline.config import is_url
+    from pipeline.storage import storage_options as s3fs_options
+
+    return s3fs_options(config.storage) if is_url(config.output.path) else None
 
 
 def open_cube(config: Config) -> xarray.Dataset:
     """The written cube as a lazy ``xarray.Dataset`` (one variable per band, dims time, y, x)."""
     import xarray as xr
 
-    return xr.open_zarr(config.output.path, consolidated=True, storage_options=storage_options(config))
+    from pipeline.storage import zarr_store
+
+    # zarr-python's own store (obstore for a bucket): no fsspec/s3fs needed to read the cube back.
+    return xr.open_zarr(zarr_store(config.output.path, config.storage), consolidated=True)

@@ -43,6 +43,7 @@ import numpy as np
 
 from pipeline.config import Config, is_url
 from pipeline.errors import ConfigError, TileReadError
+from pipeline.read import input_errors
 
 logger = logging.getLogger(__name__)
 
@@ -321,7 +322,7 @@ def build_catalog(config: Config, max_threads: int = 8) -> Catalog:
             return path, read_header(path, config), None
         except TileReadError as e:
             return path, None, e.problem
-        except Exception as e:  # noqa: BLE001 - any other failure is still this file's problem
+        except input_errors() as e:  # a bad input; any other exception is a bug and fails the run
             return path, None, f"{type(e).__name__}: {e}"
 
     fresh = []

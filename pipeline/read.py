@@ -89,6 +89,15 @@ def _block_bytes(ds: Any, r0: int, c0: int, h: int, w: int) -> int:
         return h * w * np.dtype(ds.dtypes[0]).itemsize
 
 
+def input_errors() -> tuple[type[BaseException], ...]:
+    """What a bad input raises while it is opened or read: rasterio's errors (``RasterioIOError`` is an
+    ``OSError``; ``CRSError`` a ``ValueError`` of its own) and the OS's. Everything else is a bug in this
+    code, and fails the run with its traceback instead of passing for a skipped input."""
+    from rasterio.errors import CRSError, RasterioError
+
+    return (RasterioError, CRSError, OSError)
+
+
 def open_count() -> int:
     """How many datasets this process has opened (cache misses), for the report."""
     return _opens[0]
@@ -149,7 +158,7 @@ def read_window(src: SourceWindow) -> np.ndarray:
             netstats.record_read(time.perf_counter() - t_start, _block_bytes(ds, r0, c0, h, w))
     except TileReadError:
         raise
-    except Exception as e:  # rasterio raises several types for truncated/corrupt/missing files
+    except input_errors() as e:  # truncated, corrupt or missing files; anything else is a bug: it propagates
         cache = getattr(_local, "datasets", None)
         if cache:
             stale = cache.pop((src.path, src.overview_level), None)

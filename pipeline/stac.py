@@ -43,6 +43,7 @@ import numpy as np
 from pipeline.catalog import TABLE_COLUMNS, Catalog, TileTable, _finish_table, read_header
 from pipeline.config import Config, is_url
 from pipeline.errors import ConfigError, TileReadError
+from pipeline.read import input_errors
 
 logger = logging.getLogger(__name__)
 
@@ -486,7 +487,7 @@ def _read_headers(hrefs: list[str], max_threads: int) -> list[tuple[dict[str, An
             return read_header(href), None
         except TileReadError as e:
             return None, e.problem
-        except Exception as e:  # noqa: BLE001 - any other failure is still this asset's problem
+        except input_errors() as e:  # a bad input; any other exception is a bug and fails the run
             return None, f"{type(e).__name__}: {e}"
 
     if not hrefs:

@@ -259,3 +259,21 @@ def test_full_destination_then_resume(tmp_path: Path, small_dir: Path, clean_cub
     r = cli("run", str(cfg), "-q", "--workers", "1", "--resume")
     assert r.returncode == 0, r.stderr
     same_cube(tiny_disk / "out.zarr", clean_cube)
+
+
+def test_a_bug_fails_the_run_instead_of_passing_for_a_bad_input(
+    tmp_path: Path, small_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only input errors (rasterio's, the OS's) make a skipped input; a bug planted in the read path
+    (a KeyError, as a wrong dict lookup would raise) fails the run with that error, and the store is
+    not marked complete."""
+    import pipeline.read
+
+    def broken(*args: object, **kw: object) -> object:
+        raise KeyError("a bug in the read path")
+
+    monkeypatch.setattr(pipeline.read, "offset_transform", broken)
+    cfg = load_config(write_config(tmp_path, str(small_dir / "**" / "*.tif")), ["execution.scheduler=threads"])
+    with pytest.raises(KeyError, match="a bug in the read path"):
+        run(cfg)
+    assert not store_is_complete(cfg.output.path)

@@ -136,6 +136,9 @@ def test_s3_output_is_the_local_cube_bit_for_bit(tmp_path: Path, small_dir: Path
 
     ds = xr.open_zarr(zarr_store(url, storage))
     assert ds.rio.crs.to_epsg() == 32632 and set(ds.data_vars) == {"B01", "B02", "B04", "B11"}
+    opened, ref_ds = remote.open(), local.open()  # the Python API's result.open(), bucket and local
+    for band in ref_ds.data_vars:
+        np.testing.assert_array_equal(opened[band].values, ref_ds[band].values)
     assert remote.report["output"]["objects"] == local.report["output"]["objects"] > 0
     diag = {d["check"]: d for d in remote.report["diagnostics"]}
     assert diag["object_size"]["status"] == "warn" and "output.shards" in diag["object_size"]["advice"]
