@@ -117,15 +117,9 @@ def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
     # distributed's statistical profiler samples each worker's task thread every 10 ms, holding the GIL
     # (~5% of a worker's CPU here); the report times the stages itself and never reads that profile.
     settings["distributed.worker.profile.enabled"] = False
-    method = settings["distributed.worker.multiprocessing-method"] = worker_start_method()  # server: run()
-    if method == "forkserver":
-        # distributed's first forkserver context imports every package it would preload (pandas among
-        # them: ~0.3 s of the driver) to pass them to a server that is already running with ours
-        # (WORKER_PRELOAD), where they would change nothing. Its flag says that was done.
-        import distributed.utils
-
-        if hasattr(distributed.utils, "_forkserver_preload_set"):
-            distributed.utils._forkserver_preload_set = True
+    # distributed imports the packages it would preload on its first forkserver context (pandas among them,
+    # ~0.3 s of the driver): a cost only clusters pay, which auto keeps for jobs where it is small.
+    settings["distributed.worker.multiprocessing-method"] = worker_start_method()  # server: run()
     with dask.config.set(settings):
         cluster = LocalCluster(
             n_workers=n,
