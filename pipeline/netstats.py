@@ -78,6 +78,14 @@ def enable() -> None:
         _state["enabled"] = True
 
 
+def clear_cache() -> None:
+    """Forget what GDAL's ``/vsicurl/`` and ``/vsis3/`` hold in this process (object sizes, blocks,
+    listings), so a run sees the store as it is now, not as an earlier run or header read found it."""
+    lib = _gdal()
+    if lib is not None:
+        lib.VSICurlClearCache()
+
+
 def _take_counters() -> tuple[int, int]:
     """(requests, bytes fetched) by GDAL in this process since the last call, whose counters it resets."""
     lib = _gdal() if _state["enabled"] else None

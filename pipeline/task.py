@@ -73,6 +73,7 @@ def warm_up(
     opened) and the tiles' CRSs (the transformers from the grid's CRS to theirs are made). ``local``:
     a worker of the run's own cluster, whose allocator is tuned (:func:`pipeline.workers.tune_malloc`).
     """
+    netstats.clear_cache()  # a run reads objects as they are now (a long-lived process may hold old ones)
     if local:
         from pipeline.workers import tune_malloc
 
