@@ -33,6 +33,7 @@ from pipeline.report import (
     summarise_workers,
     write_report,
 )
+from pipeline.storage import worker_environment
 from pipeline.task import TaskContext, run_partition, warm_up
 from pipeline.workers import WORKER_MALLOC, start_worker_server, worker_start_method
 from pipeline.write import (
@@ -110,6 +111,7 @@ def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
             processes=True,
             dashboard_address=None,
             silence_logs=_worker_log_level(),
+            env=worker_environment(),  # the AWS chain as it is now (the fork server's may be older)
         )
     return Client(cluster), cluster
 

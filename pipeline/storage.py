@@ -246,3 +246,16 @@ def zarr_store(url: str, storage: StorageConfig | None = None, *, read_only: boo
     if scheme(url) == "file":
         return zarr.storage.LocalStore(url, read_only=read_only)
     return zarr.storage.ObjectStore(object_store(url, storage), read_only=read_only)
+
+
+_AWS_CHAIN_ENV = (
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION",
+    "AWS_DEFAULT_REGION", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_ENDPOINT_URL",
+)  # fmt: skip
+
+
+def worker_environment() -> dict[str, str]:
+    """The AWS-chain variables of this process as they are now, for the local cluster's workers: they are
+    this process's children, forked from a server that may have started before a credential was set or
+    refreshed. Set in each worker's environment when it starts, never in the task graph."""
+    return {k: os.environ[k] for k in _AWS_CHAIN_ENV if k in os.environ}
