@@ -134,3 +134,26 @@ def test_s3_inputs_to_s3_output_give_the_local_cube(tmp_path: Path, small_dir: P
     ref = _local_cube(tmp_path, small_dir, *SETS)
     ours.pop("attrs"), ref.pop("attrs")  # the settings name the input glob: the cube's bytes do not
     _assert_same(ours, ref)
+
+
+def test_workers_get_credentials_set_after_the_fork_server(tmp_path: Path, small_dir: Path, s3_server: Any,
+                                                           s3_bucket: str) -> None:  # fmt: skip
+    """A long-lived process (a notebook) runs once, then gets credentials (or fresh ones), then writes a
+    bucket: its local workers, forked from a server started before, must see the credentials as they are."""
+    from tests.s3server import TEST_CREDENTIALS
+
+    local = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
+    url = f"s3://{s3_bucket}/later.zarr"
+    remote = _s3_config_file(tmp_path, str(small_dir / "**" / "*.tif"), url, s3_server.endpoint_url)
+    script = (
+        "import os, sys\n"
+        "from pipeline.config import load_config\n"
+        "from pipeline.execute import run\n"
+        f"assert run(load_config({str(local)!r})).exit_code == 0\n"
+        f"os.environ.update({TEST_CREDENTIALS!r})\n"
+        f"assert run(load_config({str(remote)!r})).exit_code == 0\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert os.environ["AWS_SECRET_ACCESS_KEY"] not in r.stderr + r.stdout
