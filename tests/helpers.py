@@ -26,3 +26,24 @@ def write_config(folder: Path, inputs_glob: str, **sections: Any) -> Path:
     path = folder / "config.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
+
+
+def virtual_tiles(specs: list[tuple[str, float, float, int, int, float, str, str]]) -> Any:
+    """A tile table of tiles with no files behind them, sorted by path (the fuse order), for planning
+    tests: specs of (crs, x0, y0, width, height, res, band, date), north-up, nodata 0."""
+    import numpy as np
+
+    from pipeline.catalog import TABLE_COLUMNS, TileTable
+
+    rows = [
+        {
+            "path": f"/virtual/{date}/{i:04d}_{band}.tif", "band": band, "tile": str(i), "date": np.datetime64(date),
+            "crs": crs, "a": res, "b": 0.0, "c": x0, "d": 0.0, "e": -res, "f": y0, "width": w, "height": h,
+            "xmin": x0, "ymin": y0 - h * res, "xmax": x0 + w * res, "ymax": y0, "dtype": "uint16",
+            "file_nodata": 0.0, "nodata": 0.0, "block_x": 256, "block_y": 256, "overviews": [2, 4],
+            "size": w * h * 2, "mtime": 0,
+        }
+        for i, (crs, x0, y0, w, h, res, band, date) in enumerate(specs)
+    ]  # fmt: skip
+    table = TileTable.from_records(rows, TABLE_COLUMNS)
+    return table.rows(np.argsort(table["path"], kind="stable"))

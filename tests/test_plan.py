@@ -8,45 +8,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.catalog import TABLE_COLUMNS, TileTable
+from pipeline.catalog import TileTable
 from pipeline.grid import GridSpec, compute_grid, transform_boxes, transform_points
 from pipeline.plan import compute_plan
+from tests.helpers import virtual_tiles
 
 
 def tile_table(specs: list[tuple[str, float, float, int, float]], band: str = "B1") -> TileTable:
-    """Rows for square tiles: (crs, x0, y0, size_px, res); no files behind them."""
-    rows = []
-    for i, (crs, x0, y0, n, res) in enumerate(specs):
-        rows.append(
-            {
-                "path": f"/virtual/{i:04d}.tif",
-                "band": band,
-                "tile": str(i),
-                "date": np.datetime64("2024-01-01"),
-                "crs": crs,
-                "a": res,
-                "b": 0.0,
-                "c": x0,
-                "d": 0.0,
-                "e": -res,
-                "f": y0,
-                "width": n,
-                "height": n,
-                "xmin": x0,
-                "ymin": y0 - n * res,
-                "xmax": x0 + n * res,
-                "ymax": y0,
-                "dtype": "uint16",
-                "file_nodata": 0.0,
-                "nodata": 0.0,
-                "block_x": 256,
-                "block_y": 256,
-                "overviews": [2, 4],
-                "size": n * n * 2,
-                "mtime": 0,
-            }
-        )
-    return TileTable.from_records(rows, TABLE_COLUMNS)
+    """Square tiles (crs, x0, y0, size_px, res) of one band and date; no files behind them."""
+    return virtual_tiles([(crs, x0, y0, n, n, res, band, "2024-01-01") for crs, x0, y0, n, res in specs])
 
 
 @settings(deadline=None)
@@ -145,7 +115,12 @@ def test_plan_pairs_match_brute_force(specs: list, chunk: int) -> None:  # type:
         fuse="first",
         partition_mb=0.5,
     )
-    got = {(int(s.path[-8:-4]), j.cy, j.cx) for p in plan.partitions for j in p.jobs for s in j.sources}
+    got = {
+        (int(s.path.rsplit("/", 1)[1].split("_")[0]), j.cy, j.cx)
+        for p in plan.partitions
+        for j in p.jobs
+        for s in j.sources
+    }
     expected = _brute_force_pairs(tiles, plan.grid)
     # The planner also drops pairs whose padded window misses the file; it never adds pairs.
     assert got <= expected

@@ -13,48 +13,12 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.catalog import TABLE_COLUMNS, TileTable
 from pipeline.plan import SourceWindow, compute_plan
 from pipeline.resample.kernels import KERNEL_METHODS
 from pipeline.warp import RowSpan, warp_window
+from tests.helpers import virtual_tiles
 
 RES = 20.0
-
-
-def tile_table(tiles: list[tuple[str, float, float, int, int, float, str, str]]) -> TileTable:
-    """Rows for tiles (crs, x0, y0, width, height, res, band, date); no files behind them."""
-    rows = []
-    for i, (crs, x0, y0, w, h, res, band, date) in enumerate(tiles):
-        rows.append(
-            {
-                "path": f"/virtual/{date}/{i:04d}_{band}.tif",
-                "band": band,
-                "tile": str(i),
-                "date": np.datetime64(date),
-                "crs": crs,
-                "a": res,
-                "b": 0.0,
-                "c": x0,
-                "d": 0.0,
-                "e": -res,
-                "f": y0,
-                "width": w,
-                "height": h,
-                "xmin": x0,
-                "ymin": y0 - h * res,
-                "xmax": x0 + w * res,
-                "ymax": y0,
-                "dtype": "uint16",
-                "file_nodata": 0.0,
-                "nodata": 0.0,
-                "block_x": 256,
-                "block_y": 256,
-                "overviews": [2, 4],
-                "size": w * h * 2,
-                "mtime": 0,
-            }
-        )
-    return TileTable.from_records(rows, TABLE_COLUMNS).rows(np.argsort([r["path"] for r in rows], kind="stable"))
 
 
 @st.composite
@@ -79,7 +43,7 @@ def layouts(draw: st.DrawFn) -> dict:
 
 def _plan(layout: dict, partition_mb: float):
     return compute_plan(
-        tile_table(layout["tiles"]),
+        virtual_tiles(layout["tiles"]),
         crs="EPSG:32632",
         res_xy=(RES, RES),
         chunks_yx=layout["chunks"],
