@@ -67,8 +67,8 @@ fixtures: $(STAMP)  ## write the small and casestudy fixtures under data_fixture
 	@[ -d data_fixtures/casestudy/2024-06-11 ] || $(BIN)/pipeline fixtures data_fixtures/casestudy --preset casestudy
 
 lint: $(STAMP)  ## ruff and mypy
-	$(BIN)/ruff check pipeline tests bench
-	$(BIN)/ruff format --check pipeline tests bench
+	$(BIN)/ruff check pipeline tests bench examples
+	$(BIN)/ruff format --check pipeline tests bench examples
 	$(BIN)/mypy
 
 clean:  ## remove outputs and generated fixtures (keeps .venv)
