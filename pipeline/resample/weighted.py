@@ -380,7 +380,14 @@ def _general_mean(
         acc, wsum = pixels.sums(*taps_for(r0, r1))
         block = _finish(acc, wsum, nodata, src.dtype, xp, convex)
         if inside_test:
-            xc, yc = cmap.centre_positions(xp, r0, r1, "f4")
-            block = xp.where(_inside(xc, yc, src.shape), block, nodata_fill(nodata, src.dtype, xp))
+            key = ("inside", xp.__name__, src.shape, r0, r1)
+            inside = common._kept(cmap, key, _inside_rows, cmap, xp, r0, r1, src.shape)
+            block = xp.where(inside, block, nodata_fill(nodata, src.dtype, xp))
         out[r0:r1] = block
     return out
+
+
+def _inside_rows(cmap: CoordMap, xp: Any, r0: int, r1: int, src_shape: tuple[int, int]) -> Any:
+    """Where the centres of destination rows ``r0 : r1`` fall inside the source."""
+    xc, yc = cmap.centre_positions(xp, r0, r1, "f4")
+    return _inside(xc, yc, src_shape)
