@@ -147,7 +147,7 @@ reprojected windows at 512² chunks keep ~9 MB each with the average's taps."""
 
 class MapCache:
     """Coordinate maps by geometry, each keeping the tap tables its kernels make
-    (:meth:`CoordMap.keeping_taps`), least recently used out first past ``max_bytes``. A map depends on
+    (:meth:`CoordMap.keeping_taps`), least recently used out first past ``max_bytes`` (0: none kept). A map depends on
     the source window's grid (transform, shape, CRS), the destination block's, the method and where the
     block sits in the grid's rows, never on the band, the date or the pixels: bands of one resolution and
     the dates of one tile reuse it. One per process, shared by its threads (a lock around the table;
@@ -183,7 +183,8 @@ class MapCache:
             counts[0] += 1
             return key, found[0]
         counts[1] += 1
-        return key, compute_coord_map(src, dst_shape_yx, dst_transform, dst_crs, method, grid).keeping_taps()
+        cmap = compute_coord_map(src, dst_shape_yx, dst_transform, dst_crs, method, grid)
+        return key, cmap.keeping_taps() if self.max_bytes > 0 else cmap
 
     def settle(self, key: tuple[Any, ...], cmap: CoordMap) -> None:
         """Keep ``cmap`` (after its kernel ran: its taps are made) at its size now; drop the least recently

@@ -1,0 +1,165 @@
+"""Geometry made once (:class:`pipeline.warp.MapCache`): the case study with coordinate maps and their
+tap tables kept, and without.
+
+1. In one process: every partition of ``configs/casestudy.yaml`` run by :func:`pipeline.task.run_partition`
+   one after another on one thread, with the cache on (emptied before each run: only a run's own reuse
+   counts) and off (``max_bytes = 0``: a map made for each window, as without the cache), taking turns,
+   ``BENCH_REPEATS`` times each (default 3) after a warm-up of each. Per run: wall and resample
+   task-seconds; the cache's maps reused / made and MB kept; the two cubes compared bit for bit.
+2. Whole processes: ``pipeline run configs/casestudy.yaml --workers 2 --set execution.scheduler=threads``
+   with the cache on and off (off: the same CLI with ``pipeline.warp.MAPS.max_bytes = 0`` set first),
+   taking turns; wall and the report's ``stage_task_s.resample`` (medians).
+
+Writes ``bench/results/geometry.json``. Needs ``make fixtures``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import numpy as np
+from save import save_json
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, "configs", "casestudy.yaml")
+OUT = os.path.join(ROOT, "out", "geometry")
+REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
+MODES = ("on", "off")
+
+CLI = (
+    "import sys; from pipeline import warp; warp.MAPS.max_bytes = int(sys.argv.pop(1)); "
+    "from pipeline.cli import main; main()"
+)
+
+
+def in_process() -> dict[str, Any]:
+    from pipeline.config import load_config
+    from pipeline.execute import _prepare_store, plan_run
+    from pipeline.task import TaskContext, run_partition
+    from pipeline.warp import MAP_CACHE_BYTES, MAPS
+    from pipeline.write import store_stamp
+
+    contexts, plan = {}, None
+    for mode in MODES:
+        cfg = load_config(CONFIG, [f"output.path={OUT}/inprocess-{mode}.zarr"])
+        _, plan = plan_run(cfg)
+        _prepare_store(cfg, plan, overwrite=True, resume=False)
+        bands = [b.name for b in plan.bands]
+        contexts[mode] = TaskContext(
+            store_path=cfg.output.path, grid_crs=plan.grid.crs, grid_transform=plan.grid.transform,
+            bands=plan.bands, resampling=plan.resampling, fuse=plan.fuse, on_error="fail",
+            engine=cfg.resampling_engine, grid_width=plan.grid.shape_yx[1], storage=cfg.storage,
+            store_stamp=store_stamp(cfg.output.path, bands, cfg.storage),
+        )  # fmt: skip
+    assert plan is not None
+    partitions = list(plan.partitions)
+
+    def run(mode: str) -> dict[str, float]:
+        MAPS.clear()
+        MAPS.max_bytes = MAP_CACHE_BYTES if mode == "on" else 0
+        t = time.perf_counter()
+        records = [run_partition(p, contexts[mode]) for p in partitions]
+        wall = time.perf_counter() - t
+        reused, made = sum(r["maps_reused"] for r in records), sum(r["maps_made"] for r in records)
+        return {"wall_s": wall, "resample_s": sum(r["resample_s"] for r in records), "maps_reused": reused,
+                "maps_made": made, "kept_mb": MAPS.bytes / 1e6}  # fmt: skip
+
+    for mode in MODES:  # warm-up: page cache, GDAL, PROJ
+        run(mode)
+    runs: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
+    for _ in range(REPEATS):
+        for mode in MODES:
+            runs[mode].append(run(mode))
+    MAPS.max_bytes = MAP_CACHE_BYTES
+    same = _same_cubes(contexts["on"].store_path, contexts["off"].store_path, [b.name for b in plan.bands])
+    med = {m: {k: statistics.median(r[k] for r in runs[m]) for k in ("wall_s", "resample_s")} for m in MODES}
+    return {"partitions": len(partitions), "windows": plan.n_pairs, "runs": runs, "median": med,
+            "resample_on_over_off": med["on"]["resample_s"] / med["off"]["resample_s"],
+            "wall_on_over_off": med["on"]["wall_s"] / med["off"]["wall_s"], "same_cube": same}  # fmt: skip
+
+
+def _same_cubes(a: str, b: str, bands: list[str]) -> bool:
+    import zarr
+
+    ga, gb = zarr.open_group(a, mode="r"), zarr.open_group(b, mode="r")
+    filled = 0
+    for band in bands:
+        x, y = np.asarray(ga[band][:]), np.asarray(gb[band][:])
+        if not np.array_equal(x, y):
+            return False
+        filled += int(np.count_nonzero(x))
+    return filled > 0
+
+
+def whole_process() -> dict[str, Any]:
+    from pipeline.warp import MAP_CACHE_BYTES
+
+    def run(mode: str) -> dict[str, float]:
+        report = f"{OUT}/run-{mode}.report.json"
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", CLI, str(MAP_CACHE_BYTES if mode == "on" else 0), "run", CONFIG,
+                        "-q", "--overwrite", "--workers", "2", "--set", "execution.scheduler=threads",
+                        "--set", f"output.path={OUT}/run-{mode}.zarr", "--report", report],
+                       check=True, cwd=ROOT)  # fmt: skip
+        wall = time.perf_counter() - t
+        with open(report) as f:
+            rep = json.load(f)
+        maps = rep["execution"]["maps"]
+        return {"wall_s": wall, "resample_task_s": rep["stage_task_s"]["resample"], "maps_reused": maps["reused"],
+                "maps_made": maps["made"], "kept_mb": maps["kept_mb"]}  # fmt: skip
+
+    for mode in MODES:
+        run(mode)
+    runs: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
+    for _ in range(REPEATS):
+        for mode in MODES:
+            runs[mode].append(run(mode))
+    med = {m: {k: statistics.median(r[k] for r in runs[m]) for k in ("wall_s", "resample_task_s")} for m in MODES}
+    same = _same_cubes(f"{OUT}/run-on.zarr", f"{OUT}/run-off.zarr", _bands(f"{OUT}/run-on.zarr"))
+    ratio = med["on"]["resample_task_s"] / med["off"]["resample_task_s"]
+    return {"runs": runs, "median": med, "resample_on_over_off": ratio,
+            "wall_on_over_off": med["on"]["wall_s"] / med["off"]["wall_s"], "same_cube": same}  # fmt: skip
+
+
+def _bands(path: str) -> list[str]:
+    import zarr
+
+    return [
+        name for name, _ in zarr.open_group(path, mode="r").arrays() if name not in ("x", "y", "time", "spatial_ref")
+    ]
+
+
+def main() -> None:
+    if not os.path.isdir(os.path.join(ROOT, "data_fixtures", "casestudy")):
+        sys.exit("no case study fixture: run `make fixtures`")
+    os.makedirs(OUT, exist_ok=True)
+    inproc = in_process()
+    r, m = inproc["runs"]["on"][-1], inproc["median"]
+    print(f"in one process, one thread, {inproc['partitions']} partitions, {REPEATS} interleaved runs each:")
+    print(f"  resample s  on {m['on']['resample_s']:.3f}  off {m['off']['resample_s']:.3f}  "
+          f"ratio {inproc['resample_on_over_off']:.2f}")  # fmt: skip
+    print(f"  wall s      on {m['on']['wall_s']:.3f}  off {m['off']['wall_s']:.3f}  "
+          f"ratio {inproc['wall_on_over_off']:.2f}")  # fmt: skip
+    print(f"  maps reused {r['maps_reused']} of {r['maps_reused'] + r['maps_made']} windows, "
+          f"kept {r['kept_mb']:.1f} MB; same cube: {inproc['same_cube']}")  # fmt: skip
+    whole = whole_process()
+    w, r = whole["median"], whole["runs"]["on"][-1]
+    print(f"pipeline run, threads scheduler, 2 workers, {REPEATS} interleaved runs each:")
+    print(f"  resample task-s  on {w['on']['resample_task_s']:.3f}  off {w['off']['resample_task_s']:.3f}  "
+          f"ratio {whole['resample_on_over_off']:.2f}")  # fmt: skip
+    print(f"  wall s           on {w['on']['wall_s']:.3f}  off {w['off']['wall_s']:.3f}  "
+          f"ratio {whole['wall_on_over_off']:.2f}")  # fmt: skip
+    print(f"  maps reused {r['maps_reused']} of {r['maps_reused'] + r['maps_made']}, kept {r['kept_mb']:.1f} MB; "
+          f"same cube: {whole['same_cube']}")  # fmt: skip
+    print("saved", save_json("geometry", {"repeats": REPEATS, "cores": os.cpu_count(), "in_process": inproc,
+                                          "whole_process": whole}))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
