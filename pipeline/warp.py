@@ -156,7 +156,8 @@ class MapCache:
 
     def __init__(self, max_bytes: int = MAP_CACHE_BYTES) -> None:
         self.max_bytes = max_bytes
-        self._maps: OrderedDict[tuple[Any, ...], tuple[CoordMap, int]] = OrderedDict()
+        self._maps: OrderedDict[tuple[Any, ...], tuple[CoordMap, int, int]] = OrderedDict()
+        """key -> (map, bytes, tap tables it kept when measured)."""
         self._lock = threading.Lock()
         self._local = threading.local()
         self.bytes = 0
@@ -189,16 +190,20 @@ class MapCache:
     def settle(self, key: tuple[Any, ...], cmap: CoordMap) -> None:
         """Keep ``cmap`` (after its kernel ran: its taps are made) at its size now; drop the least recently
         used maps past the bound (a map larger than the bound alone is not kept)."""
+        with self._lock:
+            kept = self._maps.get(key)
+            if kept is not None and kept[0] is cmap and kept[2] == len(cmap.taps or ()):
+                return  # (no new taps: the same size)
         size = cmap.nbytes()
         with self._lock:
             old = self._maps.pop(key, None)
             if old is not None:
                 self.bytes -= old[1]
             if size <= self.max_bytes:
-                self._maps[key] = (cmap, size)
+                self._maps[key] = (cmap, size, len(cmap.taps or ()))
                 self.bytes += size
             while self.bytes > self.max_bytes:
-                _, (_, dropped) = self._maps.popitem(last=False)
+                _, (_, dropped, _) = self._maps.popitem(last=False)
                 self.bytes -= dropped
 
     def tally(self) -> tuple[int, int]:

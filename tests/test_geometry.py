@@ -41,7 +41,7 @@ def test_a_kept_map_resamples_other_bands_bit_for_bit(case: str, method: str) ->
         np.testing.assert_array_equal(kept, fresh, err_msg=f"band {i}")
         assert maps.tally() == (i, 1)
     assert len(maps) == 1
-    (cmap, size), *_ = maps._maps.values()
+    (cmap, size, _), *_ = maps._maps.values()
     assert size == cmap.nbytes() == maps.bytes
     if case == "cross-zone" and method != "nearest":  # the reprojected kernels keep their taps
         assert cmap.taps

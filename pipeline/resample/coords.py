@@ -190,7 +190,9 @@ class CoordMap:
 
 
 def _nbytes(value: Any) -> int:
-    """Bytes of the arrays in ``value`` (nested tuples and lists of arrays, numbers and None)."""
+    """Bytes of the arrays in ``value`` (nested tuples, lists and dicts of arrays, numbers and None)."""
+    if isinstance(value, dict):
+        return _nbytes(list(value.values()))
     if isinstance(value, (tuple, list)):
         return sum(_nbytes(v) for v in value)
     return int(getattr(value, "nbytes", 0))

@@ -26,7 +26,7 @@ from pipeline.resample.common import (
 )
 from pipeline.resample.coords import CoordMap
 from pipeline.resample.fuse import get_xp, nodata_fill, valid_mask
-from pipeline.resample.weighted import BlockTaps, _general_mean, _LazyRows, _separable_mean, _Weighted
+from pipeline.resample.weighted import BlockTaps, _general_mean, _known, _LazyRows, _separable_mean, _Weighted
 
 
 # ---------------------------------------------------------------------------------------------- nearest
@@ -127,7 +127,7 @@ def _bilinear_general(src: Any, nodata: float, cmap: CoordMap, sx: float, sy: fl
 
     for r0, r1 in _row_blocks(h, w, xp):
         y_taps, x_taps, inside = _kept(cmap, ("prefiltered", xp.__name__, ft, src.shape, r0, r1), make, r0, r1)
-        acc, wsum = pixels.sums(y_taps, x_taps)
+        acc, wsum = pixels.sums(y_taps, x_taps, known=_known(cmap, y_taps, src.shape))
         block = _finish(acc, wsum, nodata, src.dtype, xp)
         out[r0:r1] = xp.where(inside, block, nodata_fill(nodata, src.dtype, xp))
     return out
