@@ -10,6 +10,10 @@ tap tables kept, and without.
    with the cache on and off (off: the same CLI with ``pipeline.warp.MAPS.max_bytes = 0`` set first),
    taking turns; wall and the report's ``stage_task_s.resample`` (medians).
 
+3. Reads: for every (task, file, overview level) of the plan, its windows read one by one through one
+   open dataset (as :mod:`pipeline.read` does) against their union read once and sliced, taking turns;
+   and the 256² blocks the windows cover, counted per window and once.
+
 Writes ``bench/results/geometry.json``. Needs ``make fixtures``.
 """
 
@@ -135,6 +139,60 @@ def _bands(path: str) -> list[str]:
     ]
 
 
+def reads() -> dict[str, Any]:
+    import rasterio
+    from rasterio.windows import Window
+
+    from pipeline.config import load_config
+    from pipeline.execute import plan_run
+
+    _, plan = plan_run(load_config(CONFIG, [f"output.path={OUT}/reads.zarr"]))
+    groups: dict[tuple[int, str, int], list[tuple[int, int, int, int]]] = {}
+    for p in plan.partitions:
+        for job in p.jobs:
+            for src in job.sources:
+                groups.setdefault((p.index, src.path, src.overview_level), []).append(src.window)
+
+    def union(ws: list[tuple[int, int, int, int]]) -> tuple[int, int, int, int]:
+        r0, c0 = min(w[0] for w in ws), min(w[1] for w in ws)
+        return r0, c0, max(w[0] + w[2] for w in ws) - r0, max(w[1] + w[3] for w in ws) - c0
+
+    def blocks(w: tuple[int, int, int, int], side: int = 256) -> set[tuple[int, int]]:
+        return {(i, j) for i in range(w[0] // side, (w[0] + w[2] - 1) // side + 1)
+                for j in range(w[1] // side, (w[1] + w[3] - 1) // side + 1)}  # fmt: skip
+
+    def one_by_one() -> None:
+        for (_, path, level), ws in groups.items():
+            with rasterio.open(path, **({} if level < 0 else {"overview_level": level})) as ds:
+                for r0, c0, h, w in ws:
+                    ds.read(1, window=Window(c0, r0, w, h))
+
+    def at_once() -> None:
+        for (_, path, level), ws in groups.items():
+            u = union(ws)
+            with rasterio.open(path, **({} if level < 0 else {"overview_level": level})) as ds:
+                a = ds.read(1, window=Window(u[1], u[0], u[3], u[2]))
+            for r0, c0, h, w in ws:
+                a[r0 - u[0] : r0 - u[0] + h, c0 - u[1] : c0 - u[1] + w].copy()
+
+    tools = {"one_by_one": one_by_one, "union": at_once}
+    for fn in tools.values():
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in tools}
+    for _ in range(REPEATS):
+        for name, fn in tools.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"file_levels": len(groups), "windows": sum(len(ws) for ws in groups.values()),
+            "window_px": sum(w[2] * w[3] for ws in groups.values() for w in ws),
+            "union_px": sum(union(ws)[2] * union(ws)[3] for ws in groups.values()),
+            "blocks_per_window": sum(len(blocks(w)) for ws in groups.values() for w in ws),
+            "blocks_once": sum(len(set().union(*map(blocks, ws))) for ws in groups.values()),
+            "times_s": times, "median_s": med, "union_over_one_by_one": med["union"] / med["one_by_one"]}  # fmt: skip
+
+
 def main() -> None:
     if not os.path.isdir(os.path.join(ROOT, "data_fixtures", "casestudy")):
         sys.exit("no case study fixture: run `make fixtures`")
@@ -157,8 +215,13 @@ def main() -> None:
           f"ratio {whole['wall_on_over_off']:.2f}")  # fmt: skip
     print(f"  maps reused {r['maps_reused']} of {r['maps_reused'] + r['maps_made']}, kept {r['kept_mb']:.1f} MB; "
           f"same cube: {whole['same_cube']}")  # fmt: skip
+    rd = reads()
+    print(f"reads, {rd['file_levels']} (task, file, level) groups, {rd['windows']} windows, {REPEATS} runs each:")
+    print(f"  one by one through one open {rd['median_s']['one_by_one']:.3f} s, union once "
+          f"{rd['median_s']['union']:.3f} s, ratio {rd['union_over_one_by_one']:.2f}; 256² blocks covered "
+          f"{rd['blocks_per_window']} by window, {rd['blocks_once']} once")  # fmt: skip
     print("saved", save_json("geometry", {"repeats": REPEATS, "cores": os.cpu_count(), "in_process": inproc,
-                                          "whole_process": whole}))  # fmt: skip
+                                          "whole_process": whole, "reads": rd}))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -140,7 +140,7 @@ class CoordMap:
         for lines in (self.centres, self.corners):
             if lines is not None:
                 arrays += [getattr(lines, k) for k in ("row_ptr", "col", "count", "t0", "x0", "dx", "y0", "dy")]
-        return sum(_nbytes(a) for a in arrays) + _nbytes(list((self.taps or {}).values()))
+        return _nbytes([arrays, list((self.taps or {}).values())], set())
 
     @property
     def separable(self) -> bool:
@@ -189,10 +189,16 @@ class CoordMap:
         return 1.0 / max(dx, 1e-12), 1.0 / max(dy, 1e-12)
 
 
-def _nbytes(value: Any) -> int:
-    """Bytes of the arrays in ``value`` (nested tuples, lists and dicts of arrays, numbers and None)."""
+def _nbytes(value: Any, seen: set[int]) -> int:
+    """Bytes of the arrays in ``value`` (nested tuples, lists and dicts of arrays, numbers and None): the
+    memory they hold, each array a view keeps alive counted once (``seen``: the ids of those counted)."""
     if isinstance(value, dict):
-        return _nbytes(list(value.values()))
+        return _nbytes(list(value.values()), seen)
     if isinstance(value, (tuple, list)):
-        return sum(_nbytes(v) for v in value)
-    return int(getattr(value, "nbytes", 0))
+        return sum(_nbytes(v, seen) for v in value)
+    while getattr(value, "base", None) is not None and hasattr(value.base, "nbytes"):
+        value = value.base
+    if not hasattr(value, "nbytes") or id(value) in seen:
+        return 0
+    seen.add(id(value))
+    return int(value.nbytes)
