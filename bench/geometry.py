@@ -8,13 +8,14 @@ tap tables kept, and without.
    task-seconds; the cache's maps reused / made and MB kept; the two cubes compared bit for bit.
 2. Whole processes: ``pipeline run configs/casestudy.yaml --workers 2 --set execution.scheduler=threads``
    with the cache on and off (off: the same CLI with ``pipeline.warp.MAPS.max_bytes = 0`` set first),
-   taking turns; wall and the report's ``stage_task_s.resample`` (medians).
+   taking turns; wall and the report's ``stage_task_s.resample``.
 
 3. Reads: for every (task, file, overview level) of the plan, its windows read one by one through one
    open dataset (as :mod:`pipeline.read` does) against their union read once and sliced, taking turns;
    and the 256² blocks the windows cover, counted per window and once.
 
-Writes ``bench/results/geometry.json``. Needs ``make fixtures``.
+Seconds are medians; ratios are medians of each round's on / off (drift on a shared machine cancels).
+``--reads``: section 3 alone. Writes ``bench/results/geometry.json``. Needs ``make fixtures``.
 """
 
 from __future__ import annotations
@@ -67,12 +68,12 @@ def in_process() -> dict[str, Any]:
     def run(mode: str) -> dict[str, float]:
         MAPS.clear()
         MAPS.max_bytes = MAP_CACHE_BYTES if mode == "on" else 0
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         records = [run_partition(p, contexts[mode]) for p in partitions]
-        wall = time.perf_counter() - t
+        wall, cpu = time.perf_counter() - t, time.process_time() - cpu
         reused, made = sum(r["maps_reused"] for r in records), sum(r["maps_made"] for r in records)
-        return {"wall_s": wall, "resample_s": sum(r["resample_s"] for r in records), "maps_reused": reused,
-                "maps_made": made, "kept_mb": MAPS.bytes / 1e6}  # fmt: skip
+        return {"wall_s": wall, "cpu_s": cpu, "resample_s": sum(r["resample_s"] for r in records),
+                "maps_reused": reused, "maps_made": made, "kept_mb": MAPS.bytes / 1e6}  # fmt: skip
 
     for mode in MODES:  # warm-up: page cache, GDAL, PROJ
         run(mode)
@@ -82,10 +83,15 @@ def in_process() -> dict[str, Any]:
             runs[mode].append(run(mode))
     MAPS.max_bytes = MAP_CACHE_BYTES
     same = _same_cubes(contexts["on"].store_path, contexts["off"].store_path, [b.name for b in plan.bands])
-    med = {m: {k: statistics.median(r[k] for r in runs[m]) for k in ("wall_s", "resample_s")} for m in MODES}
+    med = {m: {k: statistics.median(r[k] for r in runs[m]) for k in ("wall_s", "cpu_s", "resample_s")} for m in MODES}
     return {"partitions": len(partitions), "windows": plan.n_pairs, "runs": runs, "median": med,
-            "resample_on_over_off": med["on"]["resample_s"] / med["off"]["resample_s"],
-            "wall_on_over_off": med["on"]["wall_s"] / med["off"]["wall_s"], "same_cube": same}  # fmt: skip
+            "resample_on_over_off": _paired(runs, "resample_s"), "wall_on_over_off": _paired(runs, "wall_s"),
+            "cpu_on_over_off": _paired(runs, "cpu_s"), "same_cube": same}  # fmt: skip
+
+
+def _paired(runs: dict[str, list[dict[str, float]]], key: str) -> float:
+    """The median over rounds of on / off (each round's two runs back to back: drift cancels)."""
+    return statistics.median(a[key] / b[key] for a, b in zip(runs["on"], runs["off"], strict=True))
 
 
 def _same_cubes(a: str, b: str, bands: list[str]) -> bool:
@@ -126,9 +132,8 @@ def whole_process() -> dict[str, Any]:
             runs[mode].append(run(mode))
     med = {m: {k: statistics.median(r[k] for r in runs[m]) for k in ("wall_s", "resample_task_s")} for m in MODES}
     same = _same_cubes(f"{OUT}/run-on.zarr", f"{OUT}/run-off.zarr", _bands(f"{OUT}/run-on.zarr"))
-    ratio = med["on"]["resample_task_s"] / med["off"]["resample_task_s"]
-    return {"runs": runs, "median": med, "resample_on_over_off": ratio,
-            "wall_on_over_off": med["on"]["wall_s"] / med["off"]["wall_s"], "same_cube": same}  # fmt: skip
+    return {"runs": runs, "median": med, "resample_on_over_off": _paired(runs, "resample_task_s"),
+            "wall_on_over_off": _paired(runs, "wall_s"), "same_cube": same}  # fmt: skip
 
 
 def _bands(path: str) -> list[str]:
@@ -185,18 +190,24 @@ def reads() -> dict[str, Any]:
             fn()
             times[name].append(time.perf_counter() - t)
     med = {k: statistics.median(v) for k, v in times.items()}
+    paired = statistics.median(u / o for u, o in zip(times["union"], times["one_by_one"], strict=True))
     return {"file_levels": len(groups), "windows": sum(len(ws) for ws in groups.values()),
             "window_px": sum(w[2] * w[3] for ws in groups.values() for w in ws),
             "union_px": sum(union(ws)[2] * union(ws)[3] for ws in groups.values()),
             "blocks_per_window": sum(len(blocks(w)) for ws in groups.values() for w in ws),
             "blocks_once": sum(len(set().union(*map(blocks, ws))) for ws in groups.values()),
-            "times_s": times, "median_s": med, "union_over_one_by_one": med["union"] / med["one_by_one"]}  # fmt: skip
+            "times_s": times, "median_s": med, "union_over_one_by_one": paired}  # fmt: skip
 
 
 def main() -> None:
     if not os.path.isdir(os.path.join(ROOT, "data_fixtures", "casestudy")):
         sys.exit("no case study fixture: run `make fixtures`")
     os.makedirs(OUT, exist_ok=True)
+    if sys.argv[1:] == ["--reads"]:  # the reads alone (e.g. under GDAL_CACHEMAX=0: without GDAL's block cache)
+        rd = reads()
+        print(f"reads: one by one {rd['median_s']['one_by_one']:.3f} s, union once {rd['median_s']['union']:.3f} s, "
+              f"ratio {rd['union_over_one_by_one']:.2f}")  # fmt: skip
+        return
     inproc = in_process()
     r, m = inproc["runs"]["on"][-1], inproc["median"]
     print(f"in one process, one thread, {inproc['partitions']} partitions, {REPEATS} interleaved runs each:")
@@ -204,6 +215,8 @@ def main() -> None:
           f"ratio {inproc['resample_on_over_off']:.2f}")  # fmt: skip
     print(f"  wall s      on {m['on']['wall_s']:.3f}  off {m['off']['wall_s']:.3f}  "
           f"ratio {inproc['wall_on_over_off']:.2f}")  # fmt: skip
+    print(f"  cpu s       on {m['on']['cpu_s']:.3f}  off {m['off']['cpu_s']:.3f}  "
+          f"ratio {inproc['cpu_on_over_off']:.2f}")  # fmt: skip
     print(f"  maps reused {r['maps_reused']} of {r['maps_reused'] + r['maps_made']} windows, "
           f"kept {r['kept_mb']:.1f} MB; same cube: {inproc['same_cube']}")  # fmt: skip
     whole = whole_process()
