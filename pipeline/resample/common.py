@@ -278,5 +278,5 @@ def _kept(cmap: Any, key: tuple[Any, ...], make: Callable[..., Any], *args: Any)
         return make(*args)
     found = kept.get(key)
     if found is None:
-        found = kept[key] = make(*args)  # (two threads may both make it: the same values, either one kept)
+        found = kept.setdefault(key, make(*args))  # (two threads may both make it: both get the one kept)
     return found
