@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -126,3 +127,17 @@ def test_bands_of_one_grid_share_a_map() -> None:
     maps = MapCache()
     keys = [maps.get(w, shape, dt, "EPSG:32632", "average", None)[0] for w in (s, other, moved)]
     assert keys[0] == keys[1] != keys[2]
+
+
+def test_a_run_reports_the_maps_it_reused(small_config: Any) -> None:
+    """Tasks count the maps they reused and made; the report sums them (bands of one grid share maps)."""
+    from pipeline.execute import run
+    from pipeline.warp import MAPS
+
+    MAPS.clear()
+    report = run(small_config("execution.scheduler=threads")).report
+    maps, tasks = report["execution"]["maps"], report["tasks"]
+    assert maps["reused"] == sum(t["maps_reused"] for t in tasks) > 0
+    assert maps["made"] == sum(t["maps_made"] for t in tasks) > 0
+    assert maps["reused"] + maps["made"] <= report["plan"]["windows"]
+    assert 0 < maps["kept_mb"] <= MAPS.max_bytes / 1e6
