@@ -59,6 +59,10 @@ bench-deps: $(STAMP)  # the peers (the bench extra; Debian's gdal-bin where it c
 bench-kernels: $(STAMP)  ## array kernels vs GDAL's warper, Mpx/s per method, one core
 	$(BIN)/python bench/kernels.py
 
+.PHONY: bench-geometry
+bench-geometry: fixtures  ## case study with coordinate maps and taps kept vs made per window; reads by window vs union
+	$(BIN)/python -W ignore bench/geometry.py
+
 gpu-check:  ## on a GPU machine: kernel parity CPU vs GPU and timings (needs only numpy + cupy)
 	$(PY) bench/gpu_check.py
 

@@ -573,6 +573,11 @@ def run(
             "exec_wall_s": exec_wall,
             "max_task_arg_bytes": max_arg,
             "scheduling_overhead_s": compute_task_overhead(records)[1] / max(threads, 1),
+            "maps": {
+                "reused": int(sum(r.get("maps_reused", 0) for r in records)),
+                "made": int(sum(r.get("maps_made", 0) for r in records)),
+                "kept_mb": max((r.get("maps_kept_mb", 0.0) for r in records), default=0.0),
+            },
         },
         "tasks": records,
         "workers": summarise_workers(records, worker_names),

@@ -22,7 +22,7 @@ from pipeline.grid import offset_transform
 from pipeline.plan import BandSpec, Partition
 from pipeline.read import configure_reads, open_count, read_window
 from pipeline.resample import FirstValid, fuse_arrays
-from pipeline.warp import RowSpan, warp_window
+from pipeline.warp import MAPS, RowSpan, warp_window
 from pipeline.write import StoreWriter, journal_record
 
 
@@ -147,6 +147,7 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
     configure_reads(ctx.storage, ctx.gdal_env)
     start = time.time()
     opened_before = open_count()
+    hits_before, misses_before = MAPS.tally()
     read_s = resample_s = write_s = 0.0
     bytes_read = bytes_written = windows_skipped = 0
     tiles: set[str] = set()
@@ -189,7 +190,7 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
             span = RowSpan(ctx.grid_transform, ctx.grid_width, r0 + dr, c0 + dc) if ctx.grid_width else None
             part = warp_window(
                 data, src, (dh, dw), offset_transform(dst_transform, dr, dc), ctx.grid_crs, band.nodata,
-                ctx.resampling, ctx.engine, device, span,
+                ctx.resampling, ctx.engine, device, span, MAPS,
             )  # fmt: skip
             if mosaic is not None:
                 mosaic.add(part, dr, dc)
@@ -218,6 +219,7 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
     writer.flush()  # a sharded array's shards, each whole
     journal_record(ctx.store_path, partition.key, ctx.storage)
     write_s += time.perf_counter() - t4
+    hits, misses = MAPS.tally()
     return {
         "id": partition.key,
         "index": partition.index,
@@ -231,6 +233,9 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
         "files_opened": open_count() - opened_before,
         "chunks": len(partition.jobs),
         "windows_skipped": windows_skipped,
+        "maps_reused": hits - hits_before,
+        "maps_made": misses - misses_before,
+        "maps_kept_mb": MAPS.bytes / 1e6,
         "read_s": read_s,
         "resample_s": resample_s,
         "write_s": write_s,

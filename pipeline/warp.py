@@ -11,6 +11,8 @@ ends), which the kernel interpolates. ``gdal`` runs GDAL's warper
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -138,6 +140,96 @@ def _scale(src: SourceWindow, dst_transform: tuple[float, ...], dst_crs: str) ->
     return abs(t[0]) * fs / (abs(dst_transform[0]) * fd), abs(t[4]) * fs / (abs(dst_transform[4]) * fd)
 
 
+MAP_CACHE_BYTES = 256 << 20
+"""Bytes of coordinate maps and their tap tables one process keeps (:class:`MapCache`): the casestudy's
+reprojected windows at 512² chunks keep ~9 MB each with the average's taps."""
+
+
+class MapCache:
+    """Coordinate maps by geometry, each keeping the tap tables its kernels make
+    (:meth:`CoordMap.keeping_taps`), least recently used out first past ``max_bytes`` (0: none kept). A map depends on
+    the source window's grid (transform, shape, CRS), the destination block's, the method and where the
+    block sits in the grid's rows, never on the band, the date or the pixels: bands of one resolution and
+    the dates of one tile reuse it. One per process, shared by its threads (a lock around the table;
+    maps and taps are never written into once made). Hits and misses are counted per thread, so a task
+    (which runs on one thread) reads its own with :meth:`tally`."""
+
+    def __init__(self, max_bytes: int = MAP_CACHE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._maps: OrderedDict[tuple[Any, ...], tuple[CoordMap, int, int]] = OrderedDict()
+        """key -> (map, bytes, tap tables it kept when measured)."""
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self.bytes = 0
+        """Bytes kept now (maps and taps, as last measured)."""
+
+    def get(
+        self,
+        src: SourceWindow,
+        dst_shape_yx: tuple[int, int],
+        dst_transform: tuple[float, ...],
+        dst_crs: str,
+        method: str,
+        grid: RowSpan | None,
+    ) -> tuple[tuple[Any, ...], CoordMap]:
+        """(key, map) for this geometry: the kept map, else a new one (kept once :meth:`settle` sizes it)."""
+        key = (tuple(src.transform), src.window[2:], src.crs, tuple(dst_shape_yx), tuple(dst_transform[:6]),
+               dst_crs, method, grid)  # fmt: skip
+        counts = self._counts()
+        with self._lock:
+            found = self._maps.get(key)
+            if found is not None:
+                self._maps.move_to_end(key)
+        if found is not None:
+            counts[0] += 1
+            return key, found[0]
+        counts[1] += 1
+        cmap = compute_coord_map(src, dst_shape_yx, dst_transform, dst_crs, method, grid)
+        return key, cmap.keeping_taps() if self.max_bytes > 0 else cmap
+
+    def settle(self, key: tuple[Any, ...], cmap: CoordMap) -> None:
+        """Keep ``cmap`` (after its kernel ran: its taps are made) at its size now; drop the least recently
+        used maps past the bound (a map larger than the bound alone is not kept)."""
+        with self._lock:
+            kept = self._maps.get(key)
+            if kept is not None and kept[0] is cmap and kept[2] == len(cmap.taps or ()):
+                return  # (no new taps: the same size)
+        size = cmap.nbytes()
+        with self._lock:
+            old = self._maps.pop(key, None)
+            if old is not None:
+                self.bytes -= old[1]
+            if size <= self.max_bytes:
+                self._maps[key] = (cmap, size, len(cmap.taps or ()))
+                self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, (_, dropped, _) = self._maps.popitem(last=False)
+                self.bytes -= dropped
+
+    def tally(self) -> tuple[int, int]:
+        """(hits, misses) of this thread so far."""
+        counts = self._counts()
+        return counts[0], counts[1]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._maps.clear()
+            self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._maps)
+
+    def _counts(self) -> list[int]:
+        counts: list[int] | None = getattr(self._local, "counts", None)
+        if counts is None:
+            counts = self._local.counts = [0, 0]
+        return counts
+
+
+MAPS = MapCache()
+"""This process's maps (:func:`warp_window` with ``maps=MAPS``; the tasks use it)."""
+
+
 def warp_window(
     src_array: np.ndarray,
     src: SourceWindow,
@@ -149,22 +241,31 @@ def warp_window(
     engine: str = "kernels",
     device: str = "cpu",
     grid: RowSpan | None = None,
+    maps: MapCache | None = None,
 ) -> np.ndarray:
     """Resample ``src_array`` (the pixels of ``src.window``) onto a destination block.
 
     ``engine``: ``kernels`` (the project's array kernels; ``auto`` means the same) or ``gdal``
     (GDAL's warper, kept for comparison). ``device="gpu"``: the kernels on CuPy (decoded pixels
     in, warped pixels back). ``grid``: where the block sits in the grid's rows (default: the block is
-    the whole grid).
+    the whole grid). ``maps``: where coordinate maps and their taps are kept for the next window of the
+    same geometry (:class:`MapCache`); None: made for this window alone. The pixels are the same either way.
     """
     if engine == "gdal" and device != "gpu":
         return _warp_gdal(src_array, src, dst_shape_yx, dst_transform, dst_crs, dst_nodata, method)
-    cmap = compute_coord_map(src, dst_shape_yx, dst_transform, dst_crs, method, grid)
+    if maps is None:
+        cmap = compute_coord_map(src, dst_shape_yx, dst_transform, dst_crs, method, grid)
+    else:
+        key, cmap = maps.get(src, dst_shape_yx, dst_transform, dst_crs, method, grid)
     if device == "gpu":
         import cupy
 
-        return _resample_kernels(cupy.asarray(src_array), src, cmap.to(cupy), dst_nodata, method)
-    return _resample_kernels(src_array, src, cmap, dst_nodata, method)
+        out = _resample_kernels(cupy.asarray(src_array), src, cmap.to(cupy), dst_nodata, method)
+    else:
+        out = _resample_kernels(src_array, src, cmap, dst_nodata, method)
+    if maps is not None:
+        maps.settle(key, cmap)
+    return out
 
 
 def _resample_kernels(array: Any, src: SourceWindow, cmap: CoordMap, dst_nodata: float, method: str) -> np.ndarray:

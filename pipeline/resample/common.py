@@ -266,3 +266,17 @@ def _tent_prefilter(a: Any, stretch: int, axis: int, xp: Any) -> Any:
             slab[tuple(lo)] += scaled[tuple(hi)]
             slab[tuple(hi)] += scaled[tuple(lo)]
     return a
+
+
+def _kept(cmap: Any, key: tuple[Any, ...], make: Callable[..., Any], *args: Any) -> Any:
+    """``make(*args)``, kept on ``cmap`` under ``key`` where the map keeps its tap tables
+    (:attr:`~pipeline.resample.coords.CoordMap.taps`): the next source resampled with the same map reads
+    them instead. ``key`` names everything besides the map that ``make`` depends on (method, row block,
+    array module, dtype, source shape). Callers never write into what it returns."""
+    kept = cmap.taps
+    if kept is None:
+        return make(*args)
+    found = kept.get(key)
+    if found is None:
+        found = kept.setdefault(key, make(*args))  # (two threads may both make it: both get the one kept)
+    return found

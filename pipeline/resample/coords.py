@@ -17,7 +17,7 @@ comes in two forms:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -123,6 +123,24 @@ class CoordMap:
     scale_xy: tuple[float, float] | None = None
     """Destination pixels per source pixel, when known from the grids themselves (the same for every
     chunk, so kernels that stretch with it leave no seams); else estimated from this map."""
+    taps: dict[Any, Any] | None = field(default=None, init=False, compare=False, repr=False)
+    """Tap tables the kernels made from this map (by method, row block, array module...), kept for the
+    next source resampled with it: a map from :meth:`keeping_taps`. None (the default): made afresh for
+    each source, one row block at a time. Never carried over by ``replace`` or :meth:`to`."""
+
+    def keeping_taps(self) -> CoordMap:
+        """The same map, keeping the tap tables its kernels make (a map reused across bands and dates)."""
+        kept = replace(self)
+        object.__setattr__(kept, "taps", {})  # (frozen: set once, here, as a dataclass's own __init__ would)
+        return kept
+
+    def nbytes(self) -> int:
+        """Bytes of this map's arrays and of the tap tables it keeps."""
+        arrays: list[Any] = [self.xe, self.ye]
+        for lines in (self.centres, self.corners):
+            if lines is not None:
+                arrays += [getattr(lines, k) for k in ("row_ptr", "col", "count", "t0", "x0", "dx", "y0", "dy")]
+        return _nbytes([arrays, list((self.taps or {}).values())], set())
 
     @property
     def separable(self) -> bool:
@@ -169,3 +187,18 @@ class CoordMap:
         dx = float(abs(x[:, -1] - x[:, 0]).mean()) / max(x.shape[1] - 1, 1)
         dy = float(abs(y[-1, :] - y[0, :]).mean()) / max(y.shape[0] - 1, 1)
         return 1.0 / max(dx, 1e-12), 1.0 / max(dy, 1e-12)
+
+
+def _nbytes(value: Any, seen: set[int]) -> int:
+    """Bytes of the arrays in ``value`` (nested tuples, lists and dicts of arrays, numbers and None): the
+    memory they hold, each array a view keeps alive counted once (``seen``: the ids of those counted)."""
+    if isinstance(value, dict):
+        return _nbytes(list(value.values()), seen)
+    if isinstance(value, (tuple, list)):
+        return sum(_nbytes(v, seen) for v in value)
+    while getattr(value, "base", None) is not None and hasattr(value.base, "nbytes"):
+        value = value.base
+    if not hasattr(value, "nbytes") or id(value) in seen:
+        return 0
+    seen.add(id(value))
+    return int(value.nbytes)

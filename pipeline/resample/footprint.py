@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.resample import common
-from pipeline.resample.common import _finish, _ordered, _row_blocks
+from pipeline.resample.common import _finish, _kept, _ordered, _row_blocks
 from pipeline.resample.coords import CoordMap
 from pipeline.resample.fuse import get_xp, valid_mask
 from pipeline.resample.weighted import BlockTaps, _general_mean, _separable_mean
@@ -33,7 +33,7 @@ def resample_average(src: Any, nodata: float, cmap: CoordMap) -> Any:
         x_taps = common._footprint_taps(xlo[0], xhi[0], xp)
         return _separable_mean(src, nodata, y_taps, x_taps, xp)
 
-    def taps(r0: int, r1: int) -> BlockTaps:
+    def make(r0: int, r1: int) -> BlockTaps:
         xlo, xhi, ylo, yhi = _footprints(cmap, xp, r0, r1)
         (ylo, yhi), (xlo, xhi) = _ordered(ylo, yhi, xp), _ordered(xlo, xhi, xp)
         return (
@@ -41,6 +41,9 @@ def resample_average(src: Any, nodata: float, cmap: CoordMap) -> Any:
             common._footprint_taps(xlo, xhi, xp, True),
             (ylo, yhi, xlo, xhi),
         )
+
+    def taps(r0: int, r1: int) -> BlockTaps:
+        return _kept(cmap, ("average", xp.__name__, r0, r1), make, r0, r1)  # type: ignore[no-any-return]
 
     return _general_mean(src, nodata, cmap, taps, inside_test=False, convex=True)
 

@@ -16,6 +16,7 @@ from pipeline.resample.common import (
     _finish,
     _inside,
     _integer_stretch,
+    _kept,
     _kernel_taps,
     _pad,
     _row_blocks,
@@ -25,7 +26,7 @@ from pipeline.resample.common import (
 )
 from pipeline.resample.coords import CoordMap
 from pipeline.resample.fuse import get_xp, nodata_fill, valid_mask
-from pipeline.resample.weighted import BlockTaps, _general_mean, _LazyRows, _separable_mean, _Weighted
+from pipeline.resample.weighted import BlockTaps, _general_mean, _known, _LazyRows, _separable_mean, _Weighted
 
 
 # ---------------------------------------------------------------------------------------------- nearest
@@ -87,9 +88,12 @@ def _bilinear_general(src: Any, nodata: float, cmap: CoordMap, sx: float, sy: fl
     stretch = [1 if s >= DOWNSAMPLING else _integer_stretch(s) for s in (sx, sy)]
     if stretch[0] is None or stretch[1] is None:  # other stretches: the taps one by one
 
-        def direct(r0: int, r1: int) -> BlockTaps:
+        def make_direct(r0: int, r1: int) -> BlockTaps:
             xc, yc = cmap.centre_positions(xp, r0, r1)
             return _kernel_taps(yc, sy, "bilinear", xp, "f4"), _kernel_taps(xc, sx, "bilinear", xp, "f4"), None
+
+        def direct(r0: int, r1: int) -> BlockTaps:
+            return _kept(cmap, ("bilinear", xp.__name__, r0, r1), make_direct, r0, r1)  # type: ignore[no-any-return]
 
         return _general_mean(src, nodata, cmap, direct, inside_test=True)
     ft = _work_dtype(src.dtype, xp)
@@ -115,11 +119,17 @@ def _bilinear_general(src: Any, nodata: float, cmap: CoordMap, sx: float, sy: fl
         pixels = _Weighted(data, vf if vf is not None else (vy, vx), ft, xp)
     h, w = cmap.shape_yx
     out = xp.empty((h, w), dtype=src.dtype)
-    for r0, r1 in _row_blocks(h, w, xp):
+
+    def make(r0: int, r1: int) -> tuple[Any, Any, Any]:
         xc, yc = cmap.centre_positions(xp, r0, r1, "f4")
-        acc, wsum = pixels.sums(_kernel_taps(yc, 1.0, "bilinear", xp, ft), _kernel_taps(xc, 1.0, "bilinear", xp, ft))
+        y_taps, x_taps = _kernel_taps(yc, 1.0, "bilinear", xp, ft), _kernel_taps(xc, 1.0, "bilinear", xp, ft)
+        return y_taps, x_taps, _inside(xc, yc, src.shape)
+
+    for r0, r1 in _row_blocks(h, w, xp):
+        y_taps, x_taps, inside = _kept(cmap, ("prefiltered", xp.__name__, ft, src.shape, r0, r1), make, r0, r1)
+        acc, wsum = pixels.sums(y_taps, x_taps, known=_known(cmap, y_taps, src.shape))
         block = _finish(acc, wsum, nodata, src.dtype, xp)
-        out[r0:r1] = xp.where(_inside(xc, yc, src.shape), block, nodata_fill(nodata, src.dtype, xp))
+        out[r0:r1] = xp.where(inside, block, nodata_fill(nodata, src.dtype, xp))
     return out
 
 
@@ -135,9 +145,12 @@ def _interpolate(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any:
         return _bilinear_general(src, nodata, cmap, sx, sy)
     ft = _work_dtype(src.dtype, xp)
 
-    def taps(r0: int, r1: int) -> BlockTaps:
+    def make(r0: int, r1: int) -> BlockTaps:
         xc, yc = cmap.centre_positions(xp, r0, r1, "f4")
         return _kernel_taps(yc, sy, method, xp, ft), _kernel_taps(xc, sx, method, xp, ft), None
+
+    def taps(r0: int, r1: int) -> BlockTaps:
+        return _kept(cmap, (method, xp.__name__, ft, r0, r1), make, r0, r1)  # type: ignore[no-any-return]
 
     return _general_mean(src, nodata, cmap, taps, inside_test=True)
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from pipeline.resample import common
-from pipeline.resample.common import _pad, _row_blocks
+from pipeline.resample.common import _kept, _pad, _row_blocks
 from pipeline.resample.coords import CoordMap
 from pipeline.resample.footprint import _footprints, block_factor
 from pipeline.resample.fuse import get_xp, nodata_fill, valid_mask
@@ -78,8 +78,7 @@ def _footprint_values(marked: _Marked, cmap: CoordMap, r0: int, r1: int, repeats
             for dx in range(f):
                 yield block[dy::f, dx::f]
         return
-    xlo, xhi, ylo, yhi = _footprints(cmap, xp, r0, r1)
-    (fy, wy), (fx, wx) = common._footprint_taps(ylo, yhi, xp), common._footprint_taps(xlo, xhi, xp)
+    (fy, wy), (fx, wx) = _kept(cmap, ("footprint", xp.__name__, r0, r1), _rank_taps, cmap, xp, r0, r1)
     flat, pad = marked.padded(max(len(wy), len(wx)) + 1)
     wp = w_s + 2 * pad
     iy = (xp.clip(fy, -len(wy), h_s) + pad).astype(xp.int64)
@@ -97,6 +96,12 @@ def _footprint_values(marked: _Marked, cmap: CoordMap, r0: int, r1: int, repeats
     for ky, wyk in enumerate(wy):
         for kx, wxk in enumerate(wx):
             yield xp.where((wyk > 0) & (wxk > 0), xp.take(flat[ky * wp + kx :], base), sentinel)
+
+
+def _rank_taps(cmap: CoordMap, xp: Any, r0: int, r1: int) -> tuple[Any, Any]:
+    """The footprint taps of rows ``r0 : r1`` along y and x."""
+    xlo, xhi, ylo, yhi = _footprints(cmap, xp, r0, r1)
+    return common._footprint_taps(ylo, yhi, xp), common._footprint_taps(xlo, xhi, xp)
 
 
 def _extreme(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any:

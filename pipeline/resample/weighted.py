@@ -87,6 +87,8 @@ def _gather_mean(
     xp: Any,
     spans: tuple[tuple[int, int], tuple[int, int]],
     overlaps: tuple[Any, Any] | None = None,
+    known: dict[Any, Any] | None = None,
+    row0: int = 0,
 ) -> tuple[Any, Any]:
     """Σ w·v and Σ w·valid (in ``ft``) over per-pixel taps, gathered from ``data`` padded by ``pad`` zeros.
 
@@ -94,23 +96,37 @@ def _gather_mean(
     separable (no nodata in the window): the weight sum then costs no gathers at all. ``spans``: the
     least and greatest first index of the y and x taps. ``overlaps``: with a window that is all valid,
     each footprint's length inside the source along y and x (average): Σ w·valid is their product.
+    ``known``: what was found from these taps before (see :meth:`_Weighted.sums`), with ``y_taps``
+    counted from source row ``row0``.
     """
     hp, wp = data.shape
     (fy, wy), (fx, wx) = y_taps, x_taps
-    iy = xp.clip(fy, -len(wy), hp - 2 * pad) + pad if pad else fy
-    ix = xp.clip(fx, -len(wx), wp - 2 * pad) + pad if pad else fx
-    if hp * wp >= 1 << 31:  # flat indices past int32
-        iy, ix = iy.astype(xp.int64), ix.astype(xp.int64)
-    base = iy * wp
-    base += ix
-    base = base.astype(xp.int64, copy=False)  # take's index type: converted once, not per gather
+    index_key = ("index", row0, hp, wp, pad)  # the flat indices depend on the taps and the framing alone
+    index = None if known is None else known.get(index_key)
+    if index is None:
+        iy = xp.clip(fy, -len(wy), hp - 2 * pad) + pad if pad else fy
+        ix = xp.clip(fx, -len(wx), wp - 2 * pad) + pad if pad else fx
+        if hp * wp >= 1 << 31:  # flat indices past int32
+            iy, ix = iy.astype(xp.int64), ix.astype(xp.int64)
+        base = iy * wp
+        base += ix
+        base = base.astype(xp.int64, copy=False)  # take's index type: converted once, not per gather
+        index = (iy, ix, base)
+        if known is not None:
+            known[index_key] = index
+    iy, ix, base = index
     separable = isinstance(valid, tuple)
     sources = [data.ravel()] if separable else [data.ravel(), valid.ravel()]
     # A footprint a little over n pixels long reaches an (n+1)-th pixel only for some destination
     # pixels: that last tap is added for those pixels alone, not gathered for all of them. The sums are
     # formed in the same order as with every tap gathered (a tap of weight 0 adds exactly 0), so the
     # result does not depend on which pixels share a block.
-    sparse_y, sparse_x = _sparse_tap(wy, xp), _sparse_tap(wx, xp)
+    sparse = None if known is None else known.get("sparse")
+    if sparse is None:
+        sparse = (_sparse_tap(wy, xp), _sparse_tap(wx, xp))
+        if known is not None:
+            known["sparse"] = sparse
+    sparse_y, sparse_x = sparse
     dense_y = wy[:-1] if sparse_y is not None else wy
     dense_x = wx[:-1] if sparse_x is not None else wx
     if sparse_x is not None:
@@ -278,20 +294,29 @@ class _Weighted:
         self.buffers: dict[str, Any] = {}
         """Large sources: the arrays the framed rows are written into, reused from block to block."""
 
-    def sums(self, y_taps: Taps, x_taps: Taps, footprints: Footprints | None = None) -> tuple[Any, Any]:
+    def sums(
+        self, y_taps: Taps, x_taps: Taps, footprints: Footprints | None = None, known: dict[Any, Any] | None = None
+    ) -> tuple[Any, Any]:
         """Σ w·v and Σ w·valid over the taps. ``footprints`` (average): where every pixel is valid, the
-        weight sums are their lengths inside the source (:func:`_overlap`), not gathered."""
+        weight sums are their lengths inside the source (:func:`_overlap`), not gathered. ``known``: a
+        dict kept with the taps for a source of this shape (see :func:`_general_mean`), where what
+        follows from them alone (spans, overlaps, sparse taps) is kept for the next source."""
         xp, (h, w) = self.xp, self.shape
+        known = {} if known is None else known
         overlaps = None
         if footprints is not None and self.all_valid:
-            fy0, fy1, fx0, fx1 = footprints
-            overlaps = _overlap(fy0, fy1, h, xp), _overlap(fx0, fx1, w, xp)
-        spans = (_span(y_taps), _span(x_taps))
+            overlaps = known.get("overlaps")
+            if overlaps is None:
+                fy0, fy1, fx0, fx1 = footprints
+                overlaps = known["overlaps"] = _overlap(fy0, fy1, h, xp), _overlap(fx0, fx1, w, xp)
+        spans = known.get("spans")
+        if spans is None:
+            spans = known["spans"] = (_span(y_taps), _span(x_taps))
         (ylo, yhi), (xlo, xhi) = spans
         ny = len(y_taps[1])
         inside = ylo >= 0 and yhi + ny <= h and xlo >= 0 and xhi + len(x_taps[1]) <= w
         if inside and self.lazy is None:  # all taps inside
-            return _gather_mean(self.data, self.valid, 0, y_taps, x_taps, self.ft, xp, spans, overlaps)
+            return _gather_mean(self.data, self.valid, 0, y_taps, x_taps, self.ft, xp, spans, overlaps, known)
         pad = max(ny, len(x_taps[1])) + 1
         if self.lazy is not None:
             pad = max(pad, self.lazy.reach)  # (the frame holds the neighbour rows a band's prefilter reads)
@@ -308,7 +333,8 @@ class _Weighted:
                 band = self.band = _Band(r0, end, pad, *self._framed(r0, end, pad, reuse=True))
             r0, framed, vframed = band.r0, band.framed, band.vframed
         rows = (y_taps[0] - r0, y_taps[1]) if r0 else y_taps  # the same taps, counted from the first framed row
-        return _gather_mean(framed, vframed, pad, rows, x_taps, self.ft, xp, ((ylo - r0, yhi - r0), spans[1]), overlaps)
+        spans_here = ((ylo - r0, yhi - r0), spans[1])
+        return _gather_mean(framed, vframed, pad, rows, x_taps, self.ft, xp, spans_here, overlaps, known, r0)
 
     def _framed(self, r0: int, r1: int, pad: int, reuse: bool) -> tuple[Any, Any]:
         """Rows ``r0 : r1`` of the pixels and of their validity in a frame of ``pad`` zeros; written into
@@ -377,10 +403,24 @@ def _general_mean(
         pixels = _Weighted(xp.where(valid, src, 0), valid.astype(ft), ft, xp)
     out = xp.empty((h, w), dtype=src.dtype)
     for r0, r1 in _row_blocks(h, w, xp):
-        acc, wsum = pixels.sums(*taps_for(r0, r1))
+        y_taps, x_taps, footprints = taps_for(r0, r1)
+        acc, wsum = pixels.sums(y_taps, x_taps, footprints, _known(cmap, y_taps, src.shape))
         block = _finish(acc, wsum, nodata, src.dtype, xp, convex)
         if inside_test:
-            xc, yc = cmap.centre_positions(xp, r0, r1, "f4")
-            block = xp.where(_inside(xc, yc, src.shape), block, nodata_fill(nodata, src.dtype, xp))
+            key = ("inside", xp.__name__, src.shape, r0, r1)
+            inside = common._kept(cmap, key, _inside_rows, cmap, xp, r0, r1, src.shape)
+            block = xp.where(inside, block, nodata_fill(nodata, src.dtype, xp))
         out[r0:r1] = block
     return out
+
+
+def _inside_rows(cmap: CoordMap, xp: Any, r0: int, r1: int, src_shape: tuple[int, int]) -> Any:
+    """Where the centres of destination rows ``r0 : r1`` fall inside the source."""
+    xc, yc = cmap.centre_positions(xp, r0, r1, "f4")
+    return _inside(xc, yc, src_shape)
+
+
+def _known(cmap: CoordMap, y_taps: Taps, src_shape: tuple[int, int]) -> dict[Any, Any]:
+    """Where a map keeps its taps, the dict kept with these taps for a source of this shape (the taps stay
+    in the map's keeping as long as it, so their identity names them); else a fresh one."""
+    return common._kept(cmap, ("sums", id(y_taps[0]), src_shape), dict)  # type: ignore[no-any-return]
