@@ -291,12 +291,32 @@ def _strings(arr: Any) -> np.ndarray:
     return values[np.nan_to_num(_f8(enc.indices), nan=-1).astype(np.int64)]
 
 
+def _list_starts(arr: Any, width: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """For a list array: rows with at least ``width`` elements, and where each of those rows starts in
+    ``arr.values``; None for other list layouts (fixed-size lists)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
+        return None
+    ok = np.nan_to_num(_f8(pc.list_value_length(arr)), nan=0) >= width
+    offsets = arr.offsets  # this array's len + 1 offsets into the unsliced ``values``
+    return ok, _values(offsets, f"i{offsets.type.bit_width // 8}", 0)[:-1][ok]
+
+
 def _list_matrix(arr: Any, width: int) -> np.ndarray:
     """The first ``width`` values of each list as an (n, width) float matrix; NaN rows where shorter or null."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
     out = np.full((len(arr), width), np.nan)
+    starts = _list_starts(arr, width)
+    if starts is not None:  # straight from the offsets and the values: no per-list slicing
+        ok, first = starts
+        if ok.any():
+            out[ok] = _f8(arr.values)[first[:, None] + np.arange(width)]
+        return out
     ok = np.nan_to_num(_f8(pc.list_value_length(arr)), nan=0) >= width
     if ok.any():
         flat = pc.list_flatten(pc.list_slice(pc.filter(arr, pa.array(ok)), 0, width))
@@ -309,6 +329,11 @@ def _first_struct(arr: Any) -> tuple[np.ndarray, Any]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    starts = _list_starts(arr, 1)
+    if starts is not None:
+        ok, first = starts
+        return ok, arr.values.take(pa.array(first))
     ok = np.nan_to_num(_f8(pc.list_value_length(arr)), nan=0) >= 1
     return ok, pc.list_flatten(pc.list_slice(pc.filter(arr, pa.array(ok)), 0, 1))
 
