@@ -279,6 +279,15 @@ def _values(arr: Any, dtype: str, null: Any) -> np.ndarray:
     return out
 
 
+def _mask(values: np.ndarray) -> Any:
+    """A boolean NumPy array as an Arrow one, from its packed bits: ``pa.array`` of a NumPy array imports
+    pandas where it is installed (~0.4 s)."""
+    import pyarrow as pa
+
+    bits = np.packbits(np.asarray(values, dtype=bool), bitorder="little")
+    return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
+
+
 def _strings(arr: Any) -> np.ndarray:
     """An Arrow string array as NumPy objects (None where null), through its dictionary of distinct values."""
     import pyarrow as pa
@@ -319,23 +328,23 @@ def _list_matrix(arr: Any, width: int) -> np.ndarray:
         return out
     ok = np.nan_to_num(_f8(pc.list_value_length(arr)), nan=0) >= width
     if ok.any():
-        flat = pc.list_flatten(pc.list_slice(pc.filter(arr, pa.array(ok)), 0, width))
+        flat = pc.list_flatten(pc.list_slice(pc.filter(arr, _mask(ok)), 0, width))
         out[ok] = _f8(flat).reshape(-1, width)
     return out
 
 
-def _first_struct(arr: Any) -> tuple[np.ndarray, Any]:
-    """Rows whose list has an element, and those first elements (``raster:bands[0]``)."""
+def _first_struct(arr: Any) -> tuple[np.ndarray, Any, np.ndarray]:
+    """Rows whose list has an element, and those first elements (``raster:bands[0]``): a struct array
+    and where in it each of those rows' first element is."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
     starts = _list_starts(arr, 1)
-    if starts is not None:
-        ok, first = starts
-        return ok, arr.values.take(pa.array(first))
+    if starts is not None:  # the values array itself, indexed: no slicing or taking of structs
+        return starts[0], arr.values, starts[1]
     ok = np.nan_to_num(_f8(pc.list_value_length(arr)), nan=0) >= 1
-    return ok, pc.list_flatten(pc.list_slice(pc.filter(arr, pa.array(ok)), 0, 1))
+    return ok, pc.list_flatten(pc.list_slice(pc.filter(arr, _mask(ok)), 0, 1)), np.arange(int(ok.sum()))
 
 
 def asset_rows_from_arrow(
@@ -436,20 +445,20 @@ def asset_rows_from_arrow(
         for src in (item_level("raster:bands"), get("raster:bands")):
             if src is None:
                 continue
-            ok, first = _first_struct(src)
+            ok, first, at = _first_struct(src)
             names = {first.type.field(i).name for i in range(first.type.num_fields)}
             for name in names & set(rb):
                 v = pc.struct_field(first, [name])
-                vals = _strings(v) if name == "data_type" else _f8(v)
+                vals = (_strings(v) if name == "data_type" else _f8(v))[at]
                 has = vals != None if name == "data_type" else ~np.isnan(vals)  # noqa: E711
                 idx = np.flatnonzero(ok)[has]
                 rb[name][idx] = vals[has]
         size = np.nan_to_num(_f8(get("file:size")), nan=0) if get("file:size") is not None else np.zeros(n)
         href_col = pc.struct_field(sub, ["href"]) if "href" in fields else pa.nulls(n, pa.string())
         urls = pc.and_(pc.match_substring(href_col, "://"), pc.invert(pc.starts_with(href_col, "file://")))
-        all_urls = pc.all(pc.filter(urls, pa.array(~bad))).as_py() is not False
+        all_urls = pc.all(pc.filter(urls, _mask(~bad))).as_py() is not False
         hrefs = np.empty(len(good), dtype=object)
-        hrefs[:] = pc.filter(href_col, pa.array(~bad)).to_pylist()
+        hrefs[:] = pc.filter(href_col, _mask(~bad)).to_pylist()
         if not all_urls:  # relative or local paths: resolved one by one
             hrefs[:] = [resolve_href(str(h), base) for h in hrefs]
         part = {
