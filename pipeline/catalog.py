@@ -143,7 +143,7 @@ class TileTable:
     def groups(self, name: str) -> dict[Any, np.ndarray]:
         """Row indices of each distinct value of column ``name``, values in sorted order."""
         values, codes = self.codes(name)
-        order = np.argsort(codes, kind="stable")
+        order = np.argsort(codes.astype(np.uint16) if len(values) <= 1 << 16 else codes, kind="stable")  # radix
         bounds = np.searchsorted(codes[order], np.arange(len(values) + 1))
         return {v: order[bounds[k] : bounds[k + 1]] for k, v in enumerate(values)}
 

@@ -350,8 +350,8 @@ def compute_plan(
     # (tile, chunk) pairs and their windows, computed for one tile of each geometry class (CRS, bounds,
     # level transform and size: the same band on several dates) and copied to the class's other tiles.
     crs_names, crs_code = tiles.codes("crs")
-    boxes = np.column_stack([tiles[c] for c in ("xmin", "ymin", "xmax", "ymax")]).astype("f8")
-    rep, tile_class = distinct_rows(np.column_stack([crs_code, boxes, aff, lw, lh]).astype("f8"))
+    boxes = [tiles[c].astype("f8", copy=False) for c in ("xmin", "ymin", "xmax", "ymax")]
+    rep, tile_class = distinct_rows([crs_code, *boxes, *aff.T, lw, lh])
     class_of, cp_cy, cp_cx, cp_win = chunk_windows(
         grid, footprints[rep], aff[rep], lw[rep], lh[rep], crs_code[rep], crs_names, KERNEL_PAD[resampling]
     )
@@ -375,7 +375,7 @@ def compute_plan(
     tile_of, pair_cp, pair_tb, pair_rank = tile_of[order], pair_cp[order], pair_tb[order], pair_rank[order]
     win = cp_win[pair_cp]
     itemsize = np.array([np.dtype(b.dtype).itemsize for b in bands])
-    pair_bytes = ((cp_win[:, 2] - cp_win[:, 0]) * (cp_win[:, 3] - cp_win[:, 1]))[pair_cp] * itemsize[tile_band[tile_of]]
+    pair_px = ((cp_win[:, 2] - cp_win[:, 0]) * (cp_win[:, 3] - cp_win[:, 1]))[pair_cp]
 
     paths = tiles["path"].astype(object)
     n_pairs = len(tile_of)
@@ -391,7 +391,8 @@ def compute_plan(
     job_cy, job_cx = cp_cy[pair_cp[job_first]], cp_cx[pair_cp[job_first]]
     h, w = grid.shape_yx
     out_px = np.minimum(ch, h - job_cy * ch) * np.minimum(cw, w - job_cx * cw)
-    read_bytes = np.add.reduceat(pair_bytes, job_first) if n_pairs else np.zeros(0, dtype=np.int64)
+    # A job's pairs share its band, so its read bytes are its windows' pixels times the band's item size.
+    read_bytes = np.add.reduceat(pair_px, job_first) * itemsize[job_band] if n_pairs else np.zeros(0, dtype=np.int64)
     job_cost = (read_bytes + out_px * itemsize[job_band]).astype(np.int64)
     group_first = np.flatnonzero(np.diff(np.stack([job_t, job_band]), axis=1, prepend=-1).any(axis=0))
     unit_first = None
@@ -418,7 +419,7 @@ def compute_plan(
         n_chunks=len(bands) * len(times) * ny * nx,
         n_jobs=len(job_first),
         n_pairs=n_pairs,
-        bytes_read=int(pair_bytes.sum()),
+        bytes_read=int(read_bytes.sum()),
         bytes_out=int(sum(int(np.prod(grid.shape_yx)) * len(times) * np.dtype(b.dtype).itemsize for b in bands)),
         levels_used={
             ("full" if v < 0 else f"overview {v}"): int(n)

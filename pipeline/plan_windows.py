@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,22 +35,23 @@ _HASH_MULTIPLIERS = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B1
                              dtype=np.uint64)  # fmt: skip
 
 
-def distinct_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of a 2-D 8-byte array that are equal bit for bit: (index of one row of each distinct row,
-    per row the position of its distinct row in that index).
+def distinct_rows(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of equal-length 8-byte columns that are equal bit for bit: (index of one row of each distinct
+    row, per row the position of its distinct row in that index).
 
     By a 64-bit hash of each row and NumPy's sort of the hashes, then checked row by row against the
     chosen representative (a collision falls back to sorting the rows' bytes), so never approximate."""
-    values = np.ascontiguousarray(values)
-    n, k = values.shape
-    bits = values.view(np.uint64)
-    mult = _HASH_MULTIPLIERS[np.arange(k) % len(_HASH_MULTIPLIERS)] + np.uint64(2) * np.arange(k, dtype=np.uint64)
-    h = (bits * mult).sum(axis=1, dtype=np.uint64)  # wraps modulo 2**64
+    bits = [np.asarray(c).view(np.uint64) for c in columns]
+    h = np.zeros(len(bits[0]), dtype=np.uint64)
+    for k, b in enumerate(bits):  # wraps modulo 2**64
+        h += b * (_HASH_MULTIPLIERS[k % len(_HASH_MULTIPLIERS)] + np.uint64(2 * k))
     h ^= h >> np.uint64(31)
     _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
-    if not np.array_equal(bits, bits[first[inverse]]):  # two rows with one hash: compare their bytes
-        keys = values.view(np.dtype((np.void, values.dtype.itemsize * k))).reshape(n)
+    rep = first[inverse]
+    if not all(np.array_equal(b, b[rep]) for b in bits):  # two rows with one hash: compare their bytes
+        rows = np.ascontiguousarray(np.column_stack(bits))
+        keys = rows.view(np.dtype((np.void, 8 * len(bits)))).reshape(-1)
         _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
         inverse = inverse.reshape(-1)
     return first, inverse
@@ -60,7 +62,7 @@ def compute_footprints(tiles: TileTable, dst_crs: str) -> np.ndarray:
     out = np.full((len(tiles), 4), np.nan)
     boxes = np.column_stack([tiles[c] for c in ("xmin", "ymin", "xmax", "ymax")]).astype("f8")
     for crs, idx in tiles.groups("crs").items():
-        first, inverse = distinct_rows(boxes[idx])
+        first, inverse = distinct_rows(list(boxes[idx].T))
         out[idx] = transform_boxes(crs, dst_crs, boxes[idx[first]], n=11)[inverse]
     return out
 
@@ -81,9 +83,9 @@ def compute_levels(
     for crs, idx in tiles.groups("crs").items():
         if crs == grid_crs:
             continue
-        points = np.column_stack([cx[idx], cy[idx], np.abs(a[idx]) * 10])
-        first, inverse = distinct_rows(points)
-        x, y, u = points[first].T
+        x, y, u = cx[idx], cy[idx], np.abs(a[idx]) * 10
+        first, inverse = distinct_rows([x, y, u])
+        x, y, u = x[first], y[first], u[first]
         xs = np.concatenate([x, x + u, x])
         ys = np.concatenate([y, y, y + u])
         gx, gy = transform_points(crs, grid_crs, xs, ys)

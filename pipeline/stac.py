@@ -377,7 +377,7 @@ def asset_rows_from_arrow(
         else:
             box = _list_matrix(bbox, 4)
             lon = (box[:, 0] + box[:, 2]) / 2
-    structs = table.column("assets").combine_chunks()
+    structs = table.column("assets")  # not combined: each field used is, when it is used
     keys = [structs.type.field(i).name for i in range(structs.type.num_fields)]
     if assets is None:
         wanted = {}
