@@ -29,6 +29,7 @@ Rules, as odc-stac applies them:
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -223,6 +224,7 @@ _ASSET_FIELDS = ("href", "type", "roles", *_ITEM_FIELDS, "file:size")
 def read_geoparquet_table(source: str, storage: Any = None, assets: dict[str, str] | None = None) -> Any:
     """The columns of a stac-geoparquet file that planning uses (of the wanted assets only), as an Arrow
     table; local, or ``s3://`` through pyarrow's S3 client."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     def read(f: Any) -> Any:
@@ -236,10 +238,25 @@ def read_geoparquet_table(source: str, storage: Any = None, assets: dict[str, st
         wanted = sorted(keys) if assets is None else sorted(set(assets.values()) & set(keys))
         if any("." in k for k in wanted):  # a dotted key cannot be named as a nested column
             return pf.read(columns=[*columns, "assets"])
+        fields = {key: {keys[key].field(i).name for i in range(keys[key].num_fields)} for key in wanted}
+        names = _ASSET_FIELDS
+        raster = None
+        if assets is None and wanted:  # which assets are rasters, from the rows asset_rows_from_arrow looks at
+            head = [f"assets.{key}.{name}" for key in wanted for name in _ASSET_FIELDS if name in fields[key]]
+            batches, rows = [], 0
+            for batch in pf.iter_batches(batch_size=_RASTER_SAMPLE, columns=head):
+                batches.append(batch.column("assets"))
+                rows += len(batch)
+                if rows >= _RASTER_SAMPLE:
+                    break
+            wanted = raster = _raster_keys(pa.chunked_array(batches), _RASTER_SAMPLE) if batches else []
+            names = tuple(n for n in _ASSET_FIELDS if n not in ("type", "roles"))  # only that choice reads them
         for key in wanted:
-            fields = {keys[key].field(i).name for i in range(keys[key].num_fields)}
-            columns += [f"assets.{key}.{name}" for name in _ASSET_FIELDS if name in fields]
-        return pf.read(columns=columns)
+            columns += [f"assets.{key}.{name}" for name in names if name in fields[key]]
+        table = pf.read(columns=columns)
+        if raster is not None:
+            table = table.replace_schema_metadata({**(table.schema.metadata or {}), _RASTER_KEY: json.dumps(raster)})
+        return table
 
     try:
         if source.startswith("s3://"):
@@ -347,6 +364,25 @@ def _first_struct(arr: Any) -> tuple[np.ndarray, Any, np.ndarray]:
     return ok, pc.list_flatten(pc.list_slice(pc.filter(arr, _mask(ok)), 0, 1)), np.arange(int(ok.sum()))
 
 
+_RASTER_SAMPLE = 1000
+"""With ``inputs.assets`` null, an asset key is a raster's if its first asset in this many items is one."""
+_RASTER_KEY = b"pipeline:raster_assets"
+
+
+def _raster_keys(structs: Any, rows: int) -> list[str]:
+    """The keys of an ``assets`` struct column whose first asset in its first ``rows`` rows is a raster
+    (:func:`is_raster_asset`), sorted."""
+    import pyarrow.compute as pc
+
+    out = []
+    for key in sorted(structs.type.field(i).name for i in range(structs.type.num_fields)):
+        sub = pc.struct_field(structs, [key])
+        first = next((v for v in sub.slice(0, rows).to_pylist() if v is not None), None)
+        if first is not None and is_raster_asset({k: v for k, v in first.items() if v is not None}):
+            out.append(key)
+    return out
+
+
 def asset_rows_from_arrow(
     table: Any, assets: dict[str, str] | None, base: str, skipped: list[dict[str, str]]
 ) -> dict[str, np.ndarray]:
@@ -380,12 +416,8 @@ def asset_rows_from_arrow(
     structs = table.column("assets")  # not combined: each field used is, when it is used
     keys = [structs.type.field(i).name for i in range(structs.type.num_fields)]
     if assets is None:
-        wanted = {}
-        for key in sorted(keys):
-            sub = pc.struct_field(structs, [key])
-            first = next((v for v in sub.slice(0, 1000).to_pylist() if v is not None), None)
-            if first is not None and is_raster_asset({k: v for k, v in first.items() if v is not None}):
-                wanted[key] = key
+        chosen = (table.schema.metadata or {}).get(_RASTER_KEY)  # read_geoparquet_table chose them
+        wanted = {k: k for k in (json.loads(chosen) if chosen else _raster_keys(structs, _RASTER_SAMPLE))}
     else:
         wanted = dict(assets)
     bad = np.isnat(times)
