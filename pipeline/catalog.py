@@ -75,7 +75,7 @@ def factorize(values: Sequence[Any] | np.ndarray) -> tuple[list[Any], np.ndarray
     """The distinct values in sorted order, and each value's position among them. By hashing: sorting
     192,000 path-like strings took NumPy ~0.3 s a column."""
     items = values.tolist() if isinstance(values, np.ndarray) and values.dtype == object else list(values)
-    first: dict[Any, int] = dict.fromkeys(items)  # distinct values in order of appearance, at C speed
+    first: dict[Any, int] = dict.fromkeys(items, 0)  # distinct values in order of appearance, at C speed
     for k, v in enumerate(first):
         first[v] = k
     seen = np.fromiter(map(first.__getitem__, items), np.int64, len(items))

@@ -239,7 +239,7 @@ def read_geoparquet_table(source: str, storage: Any = None, assets: dict[str, st
         if any("." in k for k in wanted):  # a dotted key cannot be named as a nested column
             return pf.read(columns=[*columns, "assets"])
         fields = {key: {keys[key].field(i).name for i in range(keys[key].num_fields)} for key in wanted}
-        names = _ASSET_FIELDS
+        names: tuple[str, ...] = _ASSET_FIELDS
         raster = None
         if assets is None and wanted:  # which assets are rasters, from the rows asset_rows_from_arrow looks at
             head = [f"assets.{key}.{name}" for key in wanted for name in _ASSET_FIELDS if name in fields[key]]
