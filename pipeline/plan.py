@@ -4,7 +4,9 @@ No I/O and no pixels. Every step is vectorised over tiles or tile/chunk
 pairs: a tile's footprint in the grid CRS gives the range of chunks it can
 touch (no chunks x tiles loop); each pair then gets the source window the
 chunk needs, padded for the resampling kernel, at the overview level chosen
-for that tile.
+for that tile. The geometry (footprints, levels, windows) is in
+:mod:`pipeline.plan_windows`, computed once per distinct input; this module
+orders the pairs into chunk jobs and packs the jobs into partitions.
 """
 
 from __future__ import annotations
