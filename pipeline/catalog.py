@@ -75,8 +75,11 @@ def _column(name: str, values: Iterable[Any]) -> np.ndarray:
 def factorize(values: Sequence[Any] | np.ndarray) -> tuple[list[Any], np.ndarray]:
     """The distinct values in sorted order, and each value's position among them. By hashing: sorting
     192,000 path-like strings took NumPy ~0.3 s a column."""
-    first: dict[Any, int] = {}
-    seen = np.fromiter((first.setdefault(v, len(first)) for v in values), np.int64, len(values))
+    items = values.tolist() if isinstance(values, np.ndarray) and values.dtype == object else list(values)
+    first: dict[Any, int] = dict.fromkeys(items, 0)  # distinct values in order of appearance, at C speed
+    for k, v in enumerate(first):
+        first[v] = k
+    seen = np.fromiter(map(first.__getitem__, items), np.int64, len(items))
     distinct = list(first)
     order = sorted(range(len(distinct)), key=distinct.__getitem__)
     rank = np.empty(len(distinct), dtype=np.int64)
@@ -92,6 +95,7 @@ class TileTable:
         if len({len(v) for v in columns.values()}) > 1:
             raise ValueError(f"columns of different lengths: { {k: len(v) for k, v in columns.items()} }")
         self._columns = dict(columns)
+        self._codes: dict[str, tuple[list[Any], np.ndarray]] = {}
 
     @classmethod
     def from_records(cls, rows: list[dict[str, Any]], columns: list[str]) -> TileTable:
@@ -131,13 +135,16 @@ class TileTable:
         return {c: v[i] for c, v in self._columns.items()}
 
     def codes(self, name: str) -> tuple[list[Any], np.ndarray]:
-        """Column ``name`` factorised (:func:`factorize`)."""
-        return factorize(self._columns[name])
+        """Column ``name`` factorised (:func:`factorize`); once per table and column (columns are not
+        modified in place)."""
+        if name not in self._codes:
+            self._codes[name] = factorize(self._columns[name])
+        return self._codes[name]
 
     def groups(self, name: str) -> dict[Any, np.ndarray]:
         """Row indices of each distinct value of column ``name``, values in sorted order."""
         values, codes = self.codes(name)
-        order = np.argsort(codes, kind="stable")
+        order = np.argsort(codes.astype(np.uint16) if len(values) <= 1 << 16 else codes, kind="stable")  # radix
         bounds = np.searchsorted(codes[order], np.arange(len(values) + 1))
         return {v: order[bounds[k] : bounds[k + 1]] for k, v in enumerate(values)}
 
@@ -444,8 +451,10 @@ def _finish_table(tiles: TileTable, config: Config, skipped: list[dict[str, str]
     fallback = np.nan if config.inputs.nodata is None else config.inputs.nodata
     tiles = tiles.assign(nodata=np.where(np.isnan(file_nodata), fallback, file_nodata)).select(TABLE_COLUMNS)
     paths = tiles["path"]
-    if not all(paths[1:] >= paths[:-1]):  # an index is stored sorted: no sort needed
-        tiles = tiles.rows(np.argsort(paths, kind="stable"))
+    if not (paths[1:] >= paths[:-1]).all():  # an index is stored sorted: no sort needed
+        # Python's sort of a list: the order of NumPy's stable argsort of the objects, in ~0.4x its time.
+        order = sorted(range(len(paths)), key=paths.tolist().__getitem__)
+        tiles = tiles.rows(np.array(order, dtype=np.int64))
     return tiles
 
 

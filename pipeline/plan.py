@@ -4,7 +4,9 @@ No I/O and no pixels. Every step is vectorised over tiles or tile/chunk
 pairs: a tile's footprint in the grid CRS gives the range of chunks it can
 touch (no chunks x tiles loop); each pair then gets the source window the
 chunk needs, padded for the resampling kernel, at the overview level chosen
-for that tile.
+for that tile. The geometry (footprints, levels, windows) is in
+:mod:`pipeline.plan_windows`, computed once per distinct input; this module
+orders the pairs into chunk jobs and packs the jobs into partitions.
 """
 
 from __future__ import annotations
@@ -23,19 +25,24 @@ import numpy as np
 if TYPE_CHECKING:  # workers import this module for its task types only
     from pipeline.catalog import TileTable
 
-from pipeline.grid import GridSpec, compute_grid, offset_transform, transform_boxes, transform_points
-from pipeline.resample.methods import METHODS
+from pipeline.grid import GridSpec, compute_grid, offset_transform
+from pipeline.plan_windows import (  # noqa: F401 - OVERVIEW_METHODS, OVERVIEW_TOLERANCE: importable from here too
+    KERNEL_PAD,
+    OVERVIEW_METHODS,
+    OVERVIEW_TOLERANCE,
+    chunk_windows,
+    compute_footprints,
+    compute_levels,
+    distinct_rows,
+    expand_classes,
+    factor_matrix,
+    level_transforms,
+    stable_order,
+)
 
-# Source pixels of padding around each window, per method (kernel support + 1 for rounding).
-KERNEL_PAD = {name: m.pad for name, m in METHODS.items()}
-# Methods that blend values may read an (average) overview; value-picking methods read full resolution,
-# so that nearest/mode/min/max/median only ever return values present in the data.
-OVERVIEW_METHODS = frozenset(name for name, m in METHODS.items() if m.reads_overviews)
 SNAP_TO_GROUP = 1.0
 """A partition cut moves to the start of a band and date when that is within this many partitions' shares
 of the total (see :func:`pack_partitions`)."""
-# An overview is used when its pixel is at most this much coarser than the target pixel.
-OVERVIEW_TOLERANCE = 1.01
 
 
 @dataclass(frozen=True)
@@ -308,74 +315,6 @@ def compute_band_specs(
     return tuple(specs)
 
 
-def compute_footprints(tiles: TileTable, dst_crs: str) -> np.ndarray:
-    """Each tile's bounding box in ``dst_crs``, shape (N, 4)."""
-    out = np.full((len(tiles), 4), np.nan)
-    boxes = np.column_stack([tiles[c] for c in ("xmin", "ymin", "xmax", "ymax")]).astype("f8")
-    for crs, idx in tiles.groups("crs").items():
-        out[idx] = transform_boxes(crs, dst_crs, boxes[idx], n=11)
-    return out
-
-
-def compute_levels(tiles: TileTable, grid_crs: str, res_xy: tuple[float, float], method: str) -> np.ndarray:
-    """Overview level per tile: the coarsest not coarser than the target pixel (-1: full resolution)."""
-    levels = np.full(len(tiles), -1, dtype=np.int64)
-    if method not in OVERVIEW_METHODS:
-        return levels
-    a = tiles["a"].astype("f8")
-    e = tiles["e"].astype("f8")
-    cx = (tiles["xmin"].astype("f8") + tiles["xmax"].astype("f8")) / 2
-    cy = (tiles["ymin"].astype("f8") + tiles["ymax"].astype("f8")) / 2
-    scale = np.ones(len(tiles))  # grid units per source unit, locally at the tile centre
-    for crs, idx in tiles.groups("crs").items():
-        if crs == grid_crs:
-            continue
-        u = np.abs(a[idx]) * 10
-        xs = np.concatenate([cx[idx], cx[idx] + u, cx[idx]])
-        ys = np.concatenate([cy[idx], cy[idx], cy[idx] + u])
-        gx, gy = transform_points(crs, grid_crs, xs, ys)
-        n = len(idx)
-        j11, j21 = (gx[n : 2 * n] - gx[:n]) / u, (gy[n : 2 * n] - gy[:n]) / u
-        j12, j22 = (gx[2 * n :] - gx[:n]) / u, (gy[2 * n :] - gy[:n]) / u
-        scale[idx] = np.sqrt(np.abs(j11 * j22 - j12 * j21))
-    target_src = math.sqrt(res_xy[0] * res_xy[1]) / scale
-    src_res = np.sqrt(np.abs(a * e))
-    width, height = tiles["width"].astype("f8"), tiles["height"].astype("f8")
-    factors = _factor_matrix(tiles)
-    for lvl in range(factors.shape[1]):
-        f = factors[:, lvl]
-        has = f > 0
-        fs = np.where(has, f, 1)
-        ovr_res = src_res * np.sqrt((width / np.ceil(width / fs)) * (height / np.ceil(height / fs)))
-        levels[has & (ovr_res <= target_src * OVERVIEW_TOLERANCE)] = lvl
-    return levels
-
-
-def _factor_matrix(tiles: TileTable) -> np.ndarray:
-    """Overview factors as a (tiles, max levels) int matrix, 0 where a tile has fewer levels."""
-    lists = tiles["overviews"]
-    depth = max((len(v) for v in lists), default=0)
-    out = np.zeros((len(lists), depth), dtype=np.int64)
-    for k, v in enumerate(lists):
-        out[k, : len(v)] = v
-    return out
-
-
-def level_transforms(tiles: TileTable, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per tile at its level: affine (N, 6), width and height (GDAL's ceil(size / factor))."""
-    aff = np.column_stack([tiles[c] for c in ("a", "b", "c", "d", "e", "f")]).astype("f8")
-    width = tiles["width"].astype(np.int64)
-    height = tiles["height"].astype(np.int64)
-    factors = _factor_matrix(tiles)
-    f = np.ones(len(tiles), dtype=np.int64)
-    sel = levels >= 0
-    f[sel] = factors[np.flatnonzero(sel), levels[sel]]
-    lw, lh = -(-width // f), -(-height // f)
-    aff[:, 0] *= width / lw
-    aff[:, 4] *= height / lh
-    return aff, lw, lh
-
-
 def compute_plan(
     tiles: TileTable,
     *,
@@ -406,87 +345,56 @@ def compute_plan(
     band_index = {b.name: i for i, b in enumerate(bands)}
     times = np.unique(tiles["date"])
 
-    levels = compute_levels(tiles, crs, res_xy, resampling)
-    aff, lw, lh = level_transforms(tiles, levels)
+    factors = factor_matrix(tiles)
+    levels = compute_levels(tiles, crs, res_xy, resampling, factors)
+    aff, lw, lh = level_transforms(tiles, levels, factors)
 
-    # Chunk index ranges each footprint touches -> (tile, cy, cx) pairs.
-    a, _, c, _, e, f = grid.transform
-    ch, cw = grid.chunks_yx
-    ny, nx = grid.n_chunks_yx
-    ok = np.all(np.isfinite(footprints), axis=1)
-    with np.errstate(invalid="ignore"):
-        # Upper ends exclusive: a footprint that only touches a chunk's edge does not overlap it.
-        cx0 = np.floor((footprints[:, 0] - c) / (a * cw))
-        cx1 = np.ceil((footprints[:, 2] - c) / (a * cw)) - 1
-        cy0 = np.floor((footprints[:, 3] - f) / (e * ch))
-        cy1 = np.ceil((footprints[:, 1] - f) / (e * ch)) - 1
-    cx0, cx1 = np.clip(np.nan_to_num(cx0), 0, nx - 1), np.clip(np.nan_to_num(cx1), 0, nx - 1)
-    cy0, cy1 = np.clip(np.nan_to_num(cy0), 0, ny - 1), np.clip(np.nan_to_num(cy1), 0, ny - 1)
-    ok &= (footprints[:, 2] > grid.bounds[0]) & (footprints[:, 0] < grid.bounds[2])
-    ok &= (footprints[:, 3] > grid.bounds[1]) & (footprints[:, 1] < grid.bounds[3])
-    nxs = np.where(ok, cx1 - cx0 + 1, 0).astype(np.int64)
-    nys = np.where(ok, cy1 - cy0 + 1, 0).astype(np.int64)
-    counts = nxs * nys
-    tile_of = np.repeat(np.arange(len(tiles)), counts)
-    k = np.arange(len(tile_of)) - np.repeat(np.cumsum(counts) - counts, counts)
-    pair_cx = (cx0[tile_of] + k % nxs[tile_of]).astype(np.int64)
-    pair_cy = (cy0[tile_of] + k // nxs[tile_of]).astype(np.int64)
-
-    # Source window of each pair, from the chunk's box in the tile's CRS.
-    pad = KERNEL_PAD[resampling]
-    win = np.zeros((len(tile_of), 4), dtype=np.int64)  # row0, col0, row1, col1
-    chunk_boxes = grid.chunk_boxes().reshape(-1, 4)
+    # (tile, chunk) pairs and their windows, computed for one tile of each geometry class (CRS, bounds,
+    # level transform and size: the same band on several dates) and copied to the class's other tiles.
     crs_names, crs_code = tiles.codes("crs")
-    pair_crs = crs_code[tile_of]
-    for code in np.unique(pair_crs):
-        src_crs = crs_names[code]
-        sel = np.flatnonzero(pair_crs == code)
-        needed = np.unique(pair_cy[sel] * nx + pair_cx[sel])
-        boxes_src = np.full((ny * nx, 4), np.nan)
-        boxes_src[needed] = transform_boxes(crs, src_crs, chunk_boxes[needed], n=9)
-        bx = boxes_src[pair_cy[sel] * nx + pair_cx[sel]]
-        t = aff[tile_of[sel]]
-        with np.errstate(invalid="ignore"):
-            col0 = np.floor((bx[:, 0] - t[:, 2]) / t[:, 0]) - pad
-            col1 = np.ceil((bx[:, 2] - t[:, 2]) / t[:, 0]) + pad
-            row0 = np.floor((bx[:, 3] - t[:, 5]) / t[:, 4]) - pad
-            row1 = np.ceil((bx[:, 1] - t[:, 5]) / t[:, 4]) + pad
-        w_, h_ = lw[tile_of[sel]], lh[tile_of[sel]]
-        win[sel, 0] = np.clip(np.nan_to_num(row0, nan=0), 0, h_)
-        win[sel, 1] = np.clip(np.nan_to_num(col0, nan=0), 0, w_)
-        win[sel, 2] = np.clip(np.nan_to_num(row1, nan=0), 0, h_)
-        win[sel, 3] = np.clip(np.nan_to_num(col1, nan=0), 0, w_)
-    keep = (win[:, 2] > win[:, 0]) & (win[:, 3] > win[:, 1])
-    tile_of, pair_cy, pair_cx, win = tile_of[keep], pair_cy[keep], pair_cx[keep], win[keep]
+    boxes = [tiles[c].astype("f8", copy=False) for c in ("xmin", "ymin", "xmax", "ymax")]
+    rep, tile_class = distinct_rows([crs_code, *boxes, *aff.T, lw, lh])
+    class_of, cp_cy, cp_cx, cp_win = chunk_windows(
+        grid, footprints[rep], aff[rep], lw[rep], lh[rep], crs_code[rep], crs_names, KERNEL_PAD[resampling]
+    )
+    tile_of, pair_cp = expand_classes(tile_class, class_of, len(rep))
 
     # Group pairs into chunk jobs; order jobs (time, band, [shard row, shard col,] cy, cx) so neighbours
-    # share files (and a shard's chunks are consecutive).
-    itemsize = np.array([np.dtype(b.dtype).itemsize for b in bands])
-    band_names, band_code = tiles.codes("band")
-    pair_band = np.array([band_index[b] for b in band_names], dtype=np.int64)[band_code][tile_of]
-    pair_t = np.searchsorted(times, tiles["date"])[tile_of]
+    # share files (and a shard's chunks are consecutive); a job's pairs stay in tile (fuse) order.
+    ch, cw = grid.chunks_yx
+    ny, nx = grid.n_chunks_yx
     per_shard = (1, 1) if shards_yx is None else (shards_yx[0] // ch, shards_yx[1] // cw)
-    order = np.lexsort((tile_of, pair_cx, pair_cy, pair_cx // per_shard[1], pair_cy // per_shard[0], pair_band, pair_t))
-    tile_of, pair_cy, pair_cx, win = tile_of[order], pair_cy[order], pair_cx[order], win[order]
-    pair_band, pair_t = pair_band[order], pair_t[order]
-    pair_bytes = (win[:, 2] - win[:, 0]) * (win[:, 3] - win[:, 1]) * itemsize[pair_band]
+    cys, cxs = np.divmod(np.arange(ny * nx), nx)
+    chunk_rank = np.empty(ny * nx, dtype=np.int64)
+    chunk_rank[np.lexsort((cxs, cys, cxs // per_shard[1], cys // per_shard[0]))] = np.arange(ny * nx)
+    band_names, band_code = tiles.codes("band")
+    tile_band = np.array([band_index[b] for b in band_names], dtype=np.int64)[band_code]
+    tile_t = np.searchsorted(times, tiles["date"])
+    tile_tb = tile_t * len(bands) + tile_band  # (time, band) of each tile as one key
+    pair_rank = chunk_rank[cp_cy * nx + cp_cx][pair_cp]
+    pair_tb = tile_tb[tile_of]
+    order = stable_order(pair_tb, pair_rank, len(times) * len(bands), ny * nx)
+    tile_of, pair_cp, pair_tb, pair_rank = tile_of[order], pair_cp[order], pair_tb[order], pair_rank[order]
+    win = cp_win[pair_cp]
+    itemsize = np.array([np.dtype(b.dtype).itemsize for b in bands])
+    pair_px = ((cp_win[:, 2] - cp_win[:, 0]) * (cp_win[:, 3] - cp_win[:, 1]))[pair_cp]
 
     paths = tiles["path"].astype(object)
     n_pairs = len(tile_of)
     if n_pairs:
         new_job = np.empty(n_pairs, dtype=bool)
         new_job[0] = True
-        new_job[1:] = np.diff(np.stack([pair_t, pair_band, pair_cy, pair_cx]), axis=1).any(axis=0)
+        new_job[1:] = (pair_tb[1:] != pair_tb[:-1]) | (pair_rank[1:] != pair_rank[:-1])
         job_first = np.flatnonzero(new_job)
     else:
         job_first = np.zeros(0, dtype=np.int64)
     job_start = np.append(job_first, n_pairs).astype(np.int64)
-    job_band, job_t = pair_band[job_first], pair_t[job_first]
-    job_cy, job_cx = pair_cy[job_first], pair_cx[job_first]
-    ch, cw = grid.chunks_yx
+    job_band, job_t = tile_band[tile_of[job_first]], tile_t[tile_of[job_first]]
+    job_cy, job_cx = cp_cy[pair_cp[job_first]], cp_cx[pair_cp[job_first]]
     h, w = grid.shape_yx
     out_px = np.minimum(ch, h - job_cy * ch) * np.minimum(cw, w - job_cx * cw)
-    read_bytes = np.add.reduceat(pair_bytes, job_first) if n_pairs else np.zeros(0, dtype=np.int64)
+    # A job's pairs share its band, so its read bytes are its windows' pixels times the band's item size.
+    read_bytes = np.add.reduceat(pair_px, job_first) * itemsize[job_band] if n_pairs else np.zeros(0, dtype=np.int64)
     job_cost = (read_bytes + out_px * itemsize[job_band]).astype(np.int64)
     group_first = np.flatnonzero(np.diff(np.stack([job_t, job_band]), axis=1, prepend=-1).any(axis=0))
     unit_first = None
@@ -500,8 +408,8 @@ def compute_plan(
         levels=levels, aff=aff, footprints=footprints, pair_tile=tile_of, pair_win=win, job_band=job_band, job_t=job_t,
         job_cy=job_cy, job_cx=job_cx, job_start=job_start, job_cost=job_cost, part_start=part_start,
     )  # fmt: skip
-    used = levels[np.unique(tile_of)] if n_pairs else levels[:0]
-    ny_, nx_ = grid.n_chunks_yx
+    read = np.zeros(len(tiles), dtype=bool)
+    read[tile_of] = True
     return Plan(
         grid=grid,
         bands=bands,
@@ -510,14 +418,14 @@ def compute_plan(
         fuse=fuse,
         partitions=Partitions(tables, grid, bands, key_prefix),
         tables=tables,
-        n_chunks=len(bands) * len(times) * ny_ * nx_,
+        n_chunks=len(bands) * len(times) * ny * nx,
         n_jobs=len(job_first),
         n_pairs=n_pairs,
-        bytes_read=int(pair_bytes.sum()),
+        bytes_read=int(read_bytes.sum()),
         bytes_out=int(sum(int(np.prod(grid.shape_yx)) * len(times) * np.dtype(b.dtype).itemsize for b in bands)),
         levels_used={
             ("full" if v < 0 else f"overview {v}"): int(n)
-            for v, n in zip(*np.unique(used, return_counts=True), strict=True)
+            for v, n in zip(*np.unique(levels[read], return_counts=True), strict=True)
         },
     )
 

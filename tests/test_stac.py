@@ -245,7 +245,13 @@ def test_dict_and_arrow_readers_agree(stac_dir: Path, tmp_path: Path) -> None:
     also with ``assets: null`` (every raster asset wanted) and one item short of a band."""
     import pyarrow.parquet as pq
 
-    from pipeline.stac import ASSET_COLUMNS, _as_arrays, asset_rows_from_arrow, asset_rows_from_items
+    from pipeline.stac import (
+        ASSET_COLUMNS,
+        _as_arrays,
+        asset_rows_from_arrow,
+        asset_rows_from_items,
+        read_geoparquet_table,
+    )
 
     items = json.loads((stac_dir / "items.json").read_text())["features"]
     del items[3]["assets"]["B11"]
@@ -264,6 +270,14 @@ def test_dict_and_arrow_readers_agree(stac_dir: Path, tmp_path: Path) -> None:
         for c in ASSET_COLUMNS:
             x, y = d[c][order_d], a[c][order_a]
             same = np.array_equal(x, y, equal_nan=True) if x.dtype.kind == "f" else list(x) == list(y)
+            assert same, c
+        # The planner's reader: only the planning fields of the wanted (or raster) assets, same table.
+        skipped_p: list[dict[str, str]] = []
+        p = asset_rows_from_arrow(read_geoparquet_table(str(tmp_path / "items.parquet"), None, assets), assets,
+                                  base, skipped_p)  # fmt: skip
+        assert skipped_p == skipped_a
+        for c in ASSET_COLUMNS:
+            same = np.array_equal(p[c], a[c], equal_nan=True) if a[c].dtype.kind == "f" else list(p[c]) == list(a[c])
             assert same, c
 
 

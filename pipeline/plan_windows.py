@@ -1,0 +1,215 @@
+"""Pure planning geometry: tile footprints, overview levels, and the source window of each (tile, chunk).
+
+No I/O. Every step is vectorised over tiles or (tile, chunk) pairs, and geometry is computed once per
+distinct input: tiles of several bands and dates share one footprint, and tiles with the same CRS,
+bounds, level transform and size (one band's tiles on one date and the next) share every window, so
+windows are computed for one tile of each such class and copied to the others. Copies are exact: the
+same arithmetic on the same numbers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pipeline.grid import GridSpec, transform_boxes, transform_points
+from pipeline.resample.methods import METHODS
+
+if TYPE_CHECKING:
+    from pipeline.catalog import TileTable
+
+# Source pixels of padding around each window, per method (kernel support + 1 for rounding).
+KERNEL_PAD = {name: m.pad for name, m in METHODS.items()}
+# Methods that blend values may read an (average) overview; value-picking methods read full resolution,
+# so that nearest/mode/min/max/median only ever return values present in the data.
+OVERVIEW_METHODS = frozenset(name for name, m in METHODS.items() if m.reads_overviews)
+# An overview is used when its pixel is at most this much coarser than the target pixel.
+OVERVIEW_TOLERANCE = 1.01
+
+_HASH_MULTIPLIERS = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93,
+                              0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x94D049BB133111EB, 0xBF58476D1CE4E5B9],
+                             dtype=np.uint64)  # fmt: skip
+
+
+def distinct_rows(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of equal-length 8-byte columns that are equal bit for bit: (index of one row of each distinct
+    row, per row the position of its distinct row in that index).
+
+    By a 64-bit hash of each row and NumPy's sort of the hashes, then checked row by row against the
+    chosen representative (a collision falls back to sorting the rows' bytes), so never approximate."""
+    bits = [np.asarray(c).view(np.uint64) for c in columns]
+    h = np.zeros(len(bits[0]), dtype=np.uint64)
+    for k, b in enumerate(bits):  # wraps modulo 2**64
+        h += b * (_HASH_MULTIPLIERS[k % len(_HASH_MULTIPLIERS)] + np.uint64(2 * k))
+    h ^= h >> np.uint64(31)
+    _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    rep = first[inverse]
+    if not all(np.array_equal(b, b[rep]) for b in bits):  # two rows with one hash: compare their bytes
+        rows = np.ascontiguousarray(np.column_stack(bits))
+        keys = rows.view(np.dtype((np.void, 8 * len(bits)))).reshape(-1)
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+    return first, inverse
+
+
+def compute_footprints(tiles: TileTable, dst_crs: str) -> np.ndarray:
+    """Each tile's bounding box in ``dst_crs``, shape (N, 4): transformed once per distinct box."""
+    out = np.full((len(tiles), 4), np.nan)
+    boxes = np.column_stack([tiles[c] for c in ("xmin", "ymin", "xmax", "ymax")]).astype("f8")
+    for crs, idx in tiles.groups("crs").items():
+        first, inverse = distinct_rows(list(boxes[idx].T))
+        out[idx] = transform_boxes(crs, dst_crs, boxes[idx[first]], n=11)[inverse]
+    return out
+
+
+def compute_levels(
+    tiles: TileTable, grid_crs: str, res_xy: tuple[float, float], method: str, factors: np.ndarray | None = None
+) -> np.ndarray:
+    """Overview level per tile: the coarsest not coarser than the target pixel (-1: full resolution).
+    ``factors``: :func:`factor_matrix` of ``tiles``, where the caller has it."""
+    levels = np.full(len(tiles), -1, dtype=np.int64)
+    if method not in OVERVIEW_METHODS:
+        return levels
+    a = tiles["a"].astype("f8")
+    e = tiles["e"].astype("f8")
+    cx = (tiles["xmin"].astype("f8") + tiles["xmax"].astype("f8")) / 2
+    cy = (tiles["ymin"].astype("f8") + tiles["ymax"].astype("f8")) / 2
+    scale = np.ones(len(tiles))  # grid units per source unit, locally at the tile centre
+    for crs, idx in tiles.groups("crs").items():
+        if crs == grid_crs:
+            continue
+        x, y, u = cx[idx], cy[idx], np.abs(a[idx]) * 10
+        first, inverse = distinct_rows([x, y, u])
+        x, y, u = x[first], y[first], u[first]
+        xs = np.concatenate([x, x + u, x])
+        ys = np.concatenate([y, y, y + u])
+        gx, gy = transform_points(crs, grid_crs, xs, ys)
+        n = len(first)
+        j11, j21 = (gx[n : 2 * n] - gx[:n]) / u, (gy[n : 2 * n] - gy[:n]) / u
+        j12, j22 = (gx[2 * n :] - gx[:n]) / u, (gy[2 * n :] - gy[:n]) / u
+        scale[idx] = np.sqrt(np.abs(j11 * j22 - j12 * j21))[inverse]
+    target_src = math.sqrt(res_xy[0] * res_xy[1]) / scale
+    src_res = np.sqrt(np.abs(a * e))
+    width, height = tiles["width"].astype("f8"), tiles["height"].astype("f8")
+    factors = factor_matrix(tiles) if factors is None else factors
+    for lvl in range(factors.shape[1]):
+        f = factors[:, lvl]
+        has = f > 0
+        fs = np.where(has, f, 1)
+        ovr_res = src_res * np.sqrt((width / np.ceil(width / fs)) * (height / np.ceil(height / fs)))
+        levels[has & (ovr_res <= target_src * OVERVIEW_TOLERANCE)] = lvl
+    return levels
+
+
+def factor_matrix(tiles: TileTable) -> np.ndarray:
+    """Overview factors as a (tiles, max levels) int matrix, 0 where a tile has fewer levels."""
+    lists = tiles["overviews"].tolist()
+    lengths = np.fromiter(map(len, lists), np.int64, len(lists))
+    depth = int(lengths.max(initial=0))
+    out = np.zeros((len(lists), depth), dtype=np.int64)
+    if depth:
+        flat = np.fromiter(itertools.chain.from_iterable(lists), np.int64, int(lengths.sum()))
+        row = np.repeat(np.arange(len(lists)), lengths)
+        out[row, np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)] = flat
+    return out
+
+
+def level_transforms(
+    tiles: TileTable, levels: np.ndarray, factors: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per tile at its level: affine (N, 6), width and height (GDAL's ceil(size / factor))."""
+    aff = np.column_stack([tiles[c] for c in ("a", "b", "c", "d", "e", "f")]).astype("f8")
+    width = tiles["width"].astype(np.int64)
+    height = tiles["height"].astype(np.int64)
+    factors = factor_matrix(tiles) if factors is None else factors
+    f = np.ones(len(tiles), dtype=np.int64)
+    sel = levels >= 0
+    f[sel] = factors[np.flatnonzero(sel), levels[sel]]
+    lw, lh = -(-width // f), -(-height // f)
+    aff[:, 0] *= width / lw
+    aff[:, 4] *= height / lh
+    return aff, lw, lh
+
+
+def chunk_windows(
+    grid: GridSpec, footprints: np.ndarray, aff: np.ndarray, lw: np.ndarray, lh: np.ndarray,
+    crs_code: np.ndarray, crs_names: list[str], pad: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """Every (tile, chunk) pair with a non-empty source window, in tile order and, within a tile, in
+    row-major chunk order: (tile, chunk row, chunk column, window (pairs, 4): row0, col0, row1, col1 at
+    the tile's level, padded by ``pad`` and clipped to the tile). A tile's footprint in the grid CRS
+    gives the range of chunks it can touch (no chunks x tiles loop); the chunk's box in the tile's CRS
+    gives the window."""
+    a, _, c, _, e, f = grid.transform
+    ch, cw = grid.chunks_yx
+    ny, nx = grid.n_chunks_yx
+    ok = np.all(np.isfinite(footprints), axis=1)
+    with np.errstate(invalid="ignore"):
+        # Upper ends exclusive: a footprint that only touches a chunk's edge does not overlap it.
+        cx0 = np.floor((footprints[:, 0] - c) / (a * cw))
+        cx1 = np.ceil((footprints[:, 2] - c) / (a * cw)) - 1
+        cy0 = np.floor((footprints[:, 3] - f) / (e * ch))
+        cy1 = np.ceil((footprints[:, 1] - f) / (e * ch)) - 1
+    cx0, cx1 = np.clip(np.nan_to_num(cx0), 0, nx - 1), np.clip(np.nan_to_num(cx1), 0, nx - 1)
+    cy0, cy1 = np.clip(np.nan_to_num(cy0), 0, ny - 1), np.clip(np.nan_to_num(cy1), 0, ny - 1)
+    ok &= (footprints[:, 2] > grid.bounds[0]) & (footprints[:, 0] < grid.bounds[2])
+    ok &= (footprints[:, 3] > grid.bounds[1]) & (footprints[:, 1] < grid.bounds[3])
+    nxs = np.where(ok, cx1 - cx0 + 1, 0).astype(np.int64)
+    nys = np.where(ok, cy1 - cy0 + 1, 0).astype(np.int64)
+    counts = nxs * nys
+    tile_of = np.repeat(np.arange(len(footprints)), counts)
+    k = np.arange(len(tile_of)) - np.repeat(np.cumsum(counts) - counts, counts)
+    pair_cx = (cx0[tile_of] + k % nxs[tile_of]).astype(np.int64)
+    pair_cy = (cy0[tile_of] + k // nxs[tile_of]).astype(np.int64)
+
+    # Source window of each pair, from the chunk's box in the tile's CRS.
+    win = np.zeros((len(tile_of), 4), dtype=np.int64)  # row0, col0, row1, col1
+    chunk_boxes = grid.chunk_boxes().reshape(-1, 4)
+    pair_crs = crs_code[tile_of]
+    for code in np.unique(pair_crs):
+        sel = np.flatnonzero(pair_crs == code)
+        needed = np.unique(pair_cy[sel] * nx + pair_cx[sel])
+        boxes_src = np.full((ny * nx, 4), np.nan)
+        boxes_src[needed] = transform_boxes(grid.crs, crs_names[code], chunk_boxes[needed], n=9)
+        bx = boxes_src[pair_cy[sel] * nx + pair_cx[sel]]
+        t = aff[tile_of[sel]]
+        with np.errstate(invalid="ignore"):
+            col0 = np.floor((bx[:, 0] - t[:, 2]) / t[:, 0]) - pad
+            col1 = np.ceil((bx[:, 2] - t[:, 2]) / t[:, 0]) + pad
+            row0 = np.floor((bx[:, 3] - t[:, 5]) / t[:, 4]) - pad
+            row1 = np.ceil((bx[:, 1] - t[:, 5]) / t[:, 4]) + pad
+        w_, h_ = lw[tile_of[sel]], lh[tile_of[sel]]
+        win[sel, 0] = np.clip(np.nan_to_num(row0, nan=0), 0, h_)
+        win[sel, 1] = np.clip(np.nan_to_num(col0, nan=0), 0, w_)
+        win[sel, 2] = np.clip(np.nan_to_num(row1, nan=0), 0, h_)
+        win[sel, 3] = np.clip(np.nan_to_num(col1, nan=0), 0, w_)
+    keep = (win[:, 2] > win[:, 0]) & (win[:, 3] > win[:, 1])
+    return tile_of[keep], pair_cy[keep], pair_cx[keep], win[keep]
+
+
+def expand_classes(tile_class: np.ndarray, class_of: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs of tiles from pairs of their classes: ``class_of`` gives each class pair's class (class
+    pairs grouped by class, in order). Returns (tile, class pair) per tile pair, in tile order and,
+    within a tile, in its class's pair order."""
+    per_class = np.bincount(class_of, minlength=n_classes)
+    class_start = np.cumsum(per_class) - per_class
+    per_tile = per_class[tile_class]
+    tile_of = np.repeat(np.arange(len(tile_class)), per_tile)
+    k = np.arange(len(tile_of)) - np.repeat(np.cumsum(per_tile) - per_tile, per_tile)
+    return tile_of, np.repeat(class_start[tile_class], per_tile) + k
+
+
+def stable_order(major: np.ndarray, minor: np.ndarray, n_major: int, n_minor: int) -> np.ndarray:
+    """The order sorting by (major, minor), ties in their input order; keys in [0, n_major) and
+    [0, n_minor). Keys that fit in 16 bits take two passes of NumPy's radix sort."""
+    if n_major <= 1 << 16 and n_minor <= 1 << 16:
+        first = np.argsort(minor.astype(np.uint16), kind="stable")
+        return first[np.argsort(major[first].astype(np.uint16), kind="stable")]
+    if n_major * n_minor < 1 << 62:
+        return np.argsort(major.astype(np.int64) * n_minor + minor, kind="stable")
+    return np.lexsort((minor, major))
