@@ -110,6 +110,7 @@ def run_odc() -> None:
 def run_gdal(grid: dict, tiles: list[dict]) -> None:
     os.makedirs(f"{OUT}/gdal", exist_ok=True)
     xmin, ymin, xmax, ymax = grid["bounds"]
+    res_x, res_y = abs(grid["transform"][0]), abs(grid["transform"][4])  # the config's grid.resolution
     groups: dict[tuple[str, str], list[str]] = {}
     for t in tiles:
         groups.setdefault((t["band"], t["date"]), []).append(t["path"])
@@ -117,7 +118,7 @@ def run_gdal(grid: dict, tiles: list[dict]) -> None:
     for (band, date), paths in sorted(groups.items()):
         # gdalwarp lets later inputs overwrite earlier ones: reversed path order makes the first path win.
         cmds.append(["gdalwarp", "-q", "-overwrite", "-t_srs", grid["crs"], "-te", str(xmin), str(ymin), str(xmax),
-                     str(ymax), "-tr", "20", "20", "-r", "average", "-srcnodata", "0", "-dstnodata", "0",
+                     str(ymax), "-tr", str(res_x), str(res_y), "-r", "average", "-srcnodata", "0", "-dstnodata", "0",
                      "-co", "TILED=YES", "-co", "COMPRESS=ZSTD", "-co", "ZSTD_LEVEL=3",
                      *sorted(paths, reverse=True), f"{OUT}/gdal/{band}_{date}.tif"])  # fmt: skip
     with ThreadPoolExecutor(2) as pool:
