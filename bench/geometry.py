@@ -183,13 +183,9 @@ def reads() -> dict[str, Any]:
     tools = {"one_by_one": one_by_one, "union": at_once}
     for fn in tools.values():
         fn()
-    times: dict[str, list[float]] = {k: [] for k in tools}
-    for _ in range(REPEATS):
-        for name, fn in tools.items():
-            t = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    from peers import interleaved
+
+    times, med = interleaved(tools, REPEATS)
     paired = statistics.median(u / o for u, o in zip(times["union"], times["one_by_one"], strict=True))
     return {"file_levels": len(groups), "windows": sum(len(ws) for ws in groups.values()),
             "window_px": sum(w[2] * w[3] for ws in groups.values() for w in ws),

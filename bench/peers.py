@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 from save import save_json  # noqa: E402  (bench/ is on sys.path when a script runs)
@@ -149,11 +150,13 @@ def agreement(grid: dict, tiles: list[dict]) -> dict[str, float]:
     return {k: max(v) for k, v in out.items()}
 
 
-def interleaved(tools: dict[str, Callable[[], None]]) -> tuple[dict[str, list[float]], dict[str, float]]:
-    """Each tool ``REPEATS`` times, taking turns (so the machine's drift falls on all alike): the wall
-    seconds of every run, and their medians."""
+def interleaved(
+    tools: dict[str, Callable[[], Any]], repeats: int | None = None
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Each tool ``repeats`` (default ``REPEATS``) times, taking turns (so the machine's drift falls on
+    all alike): the wall seconds of every run, and their medians."""
     times: dict[str, list[float]] = {k: [] for k in tools}
-    for _ in range(REPEATS):
+    for _ in range(REPEATS if repeats is None else repeats):
         for name, fn in tools.items():
             t = time.perf_counter()
             fn()
