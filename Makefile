@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test browser demo bench bench-scale bench-mixed bench-stac bench-s3 bench-deps bench-kernels gpu-check fixtures lint clean
+.PHONY: help install test browser demo bench bench-scale bench-mixed bench-stac bench-s3 bench-deps bench-kernels gpu-check fixtures mutation-check lint clean
 
 help:  ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -69,6 +69,9 @@ gpu-check:  ## on a GPU machine: kernel parity CPU vs GPU and timings (needs onl
 fixtures: $(STAMP)  ## write the small and casestudy fixtures under data_fixtures/
 	@[ -d data_fixtures/small/2024-06-11 ] || $(BIN)/pipeline fixtures data_fixtures/small --preset small
 	@[ -d data_fixtures/casestudy/2024-06-11 ] || $(BIN)/pipeline fixtures data_fixtures/casestudy --preset casestudy
+
+mutation-check: $(STAMP)  ## break a kernel weight, a window offset, a fuse rule, a journal write in turn: a test must fail each
+	bash tests/mutation_check.sh
 
 lint: $(STAMP)  ## ruff and mypy
 	$(BIN)/ruff check pipeline tests bench examples
