@@ -37,14 +37,13 @@ from pipeline.report import (
     summarise_workers,
     write_report,
 )
-from pipeline.storage import worker_environment
+from pipeline.storage import worker_environment, write_object
 from pipeline.task import TaskContext, peak_rss_mb, run_partition, warm_up
 from pipeline.workers import WORKER_MALLOC, start_worker_server, worker_start_method
 from pipeline.write import (
     create_store,
     finalize_store,
     journal_done,
-    put_object,
     store_config,
     store_exists,
     store_stamp,
@@ -595,7 +594,8 @@ def run(
     report["stragglers"] = compute_stragglers(records)
     report["diagnostics"] = compute_diagnostics(report)
     if is_url(config.report_path):
-        put_object(config.report_path, json.dumps(report, indent=1, default=str).encode(), config.storage)
+        payload = json.dumps(report, indent=1, default=str).encode()
+        write_object(config.report_path, payload, config.storage, key="report.path")
     else:
         write_report(report, config.report_path)
     return RunResult(report=report, exit_code=3 if skipped else 0, config=config)

@@ -184,10 +184,11 @@ def cached_store(url: str, storage: StorageConfig | None = None) -> Any:
 def read_bytes(store: Any, key: str) -> bytes | None:
     """The object at ``key``, or None where there is none."""
     import obstore
+    import obstore.exceptions
 
     try:
         return bytes(obstore.get(store, key).bytes())
-    except FileNotFoundError:
+    except (FileNotFoundError, obstore.exceptions.NotFoundError):
         return None
 
 
@@ -407,29 +408,25 @@ def check_access(urls: list[str], storage: StorageConfig) -> None:
             raise store_error(e, url, storage) from None
 
 
-def read_object(url: str, storage: StorageConfig | None) -> bytes | None:
-    """The bytes of one object, or None when it does not exist."""
-    import obstore
-    import obstore.exceptions
-
+def read_object(url: str, storage: StorageConfig | None, key: str = "inputs.index") -> bytes | None:
+    """The bytes of one object, or None when it does not exist. A failed request is the ConfigError of
+    :func:`store_error` on config ``key`` (the setting that named ``url``)."""
     parent, _, name = url.rpartition("/")
+    storage = storage or default_storage()
     try:
-        return bytes(obstore.get(object_store(parent, storage or StorageConfig()), name).bytes())
-    except (FileNotFoundError, obstore.exceptions.NotFoundError):
-        return None
-    except Exception as e:  # noqa: BLE001
-        raise store_error(e, url, storage or StorageConfig(), key="inputs.index") from None
+        return read_bytes(cached_store(parent, storage), name)
+    except Exception as e:  # noqa: BLE001 - obstore's errors, as what the user can act on
+        raise store_error(e, url, storage, key=key) from None
 
 
-def write_object(url: str, data: bytes, storage: StorageConfig | None) -> None:
-    """Put one whole object (S3 makes it visible whole or not at all)."""
-    import obstore
-
+def write_object(url: str, data: bytes, storage: StorageConfig | None, key: str = "inputs.index") -> None:
+    """Put one whole object (S3 makes it visible whole or not at all); errors as :func:`read_object`'s."""
     parent, _, name = url.rpartition("/")
+    storage = storage or default_storage()
     try:
-        obstore.put(object_store(parent, storage or StorageConfig()), name, data)
+        write_bytes(cached_store(parent, storage), name, data)
     except Exception as e:  # noqa: BLE001
-        raise store_error(e, url, storage or StorageConfig(), key="inputs.index") from None
+        raise store_error(e, url, storage, key=key) from None
 
 
 _FORWARDED_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")

@@ -670,12 +670,5 @@ def finalize_store(path: str, storage: StorageConfig | None = None) -> StoreUsag
     return StoreUsage(bytes=sum(size for _, size in keys), data_objects=len(data), data_bytes=sum(data))
 
 
-def put_object(url: str, payload: bytes, storage: StorageConfig | None = None) -> None:
-    """Write one object (the run's report beside an ``s3://`` store)."""
-    bucket, key = split_url(url)
-    parent, _, name = key.rpartition("/")
-    write_bytes(cached_store(f"s3://{bucket}/{parent}", storage or default_storage()), name, payload)
-
-
 def store_size(path: str, storage: StorageConfig | None = None) -> int:
     return 0 if _local_missing(path) else sum(size for _, size in list_keys(_store(path, storage)))
