@@ -29,7 +29,7 @@ def decode_seconds() -> tuple[float, int, int]:
     import rasterio
 
     from pipeline.config import load_config
-    from pipeline.execute import plan_run
+    from pipeline.execute.runner import plan_run
 
     _, plan = plan_run(load_config(CONFIG))
     reads = {(w.path, w.overview_level) for p in plan.partitions for j in p.jobs for w in j.sources}

@@ -1,17 +1,17 @@
-"""Geometry made once (:class:`pipeline.warp.MapCache`): the case study with coordinate maps and their
+"""Geometry made once (:class:`pipeline.resample.warp.MapCache`): the case study with coordinate maps and their
 tap tables kept, and without.
 
-1. In one process: every partition of ``configs/casestudy.yaml`` run by :func:`pipeline.task.run_partition`
+1. In one process: every partition of ``configs/casestudy.yaml`` run by :func:`pipeline.execute.task.run_partition`
    one after another on one thread, with the cache on (emptied before each run: only a run's own reuse
    counts) and off (``max_bytes = 0``: a map made for each window, as without the cache), taking turns,
    ``BENCH_REPEATS`` times each (default 3) after a warm-up of each. Per run: wall and resample
    task-seconds; the cache's maps reused / made and MB kept; the two cubes compared bit for bit.
 2. Whole processes: ``pipeline run configs/casestudy.yaml --workers 2 --set execution.scheduler=threads``
-   with the cache on and off (off: the same CLI with ``pipeline.warp.MAPS.max_bytes = 0`` set first),
+   with the cache on and off (off: the same CLI with ``pipeline.resample.warp.MAPS.max_bytes = 0`` set first),
    taking turns; wall and the report's ``stage_task_s.resample``.
 
 3. Reads: for every (task, file, overview level) of the plan, its windows read one by one through one
-   open dataset (as :mod:`pipeline.read` does) against their union read once and sliced, taking turns;
+   open dataset (as :mod:`pipeline.inputs.read` does) against their union read once and sliced, taking turns;
    and the 256² blocks the windows cover, counted per window and once.
 
 Seconds are medians; ratios are medians of each round's on / off (drift on a shared machine cancels).
@@ -38,17 +38,17 @@ REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 MODES = ("on", "off")
 
 CLI = (
-    "import sys; from pipeline import warp; warp.MAPS.max_bytes = int(sys.argv.pop(1)); "
+    "import sys; from pipeline.resample import warp; warp.MAPS.max_bytes = int(sys.argv.pop(1)); "
     "from pipeline.cli import main; main()"
 )
 
 
 def in_process() -> dict[str, Any]:
     from pipeline.config import load_config
-    from pipeline.execute import _prepare_store, plan_run
-    from pipeline.task import TaskContext, run_partition
-    from pipeline.warp import MAP_CACHE_BYTES, MAPS
-    from pipeline.write import store_stamp
+    from pipeline.execute.runner import _prepare_store, plan_run
+    from pipeline.execute.task import TaskContext, run_partition
+    from pipeline.resample.warp import MAP_CACHE_BYTES, MAPS
+    from pipeline.store.write import store_stamp
 
     contexts, plan = {}, None
     for mode in MODES:
@@ -108,7 +108,7 @@ def _same_cubes(a: str, b: str, bands: list[str]) -> bool:
 
 
 def whole_process() -> dict[str, Any]:
-    from pipeline.warp import MAP_CACHE_BYTES
+    from pipeline.resample.warp import MAP_CACHE_BYTES
 
     def run(mode: str) -> dict[str, float]:
         report = f"{OUT}/run-{mode}.report.json"
@@ -149,7 +149,7 @@ def reads() -> dict[str, Any]:
     from rasterio.windows import Window
 
     from pipeline.config import load_config
-    from pipeline.execute import plan_run
+    from pipeline.execute.runner import plan_run
 
     _, plan = plan_run(load_config(CONFIG, [f"output.path={OUT}/reads.zarr"]))
     groups: dict[tuple[int, str, int], list[tuple[int, int, int, int]]] = {}

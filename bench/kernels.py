@@ -26,11 +26,11 @@ sys.path.insert(0, ROOT)
 
 from save import save_json  # noqa: E402  (bench/ is on sys.path when a script runs)
 
-from pipeline.grid import transform_points  # noqa: E402
-from pipeline.plan import SourceWindow  # noqa: E402
+from pipeline.execute.workers import tune_malloc  # noqa: E402
+from pipeline.planning.grid import transform_points  # noqa: E402
+from pipeline.planning.plan import SourceWindow  # noqa: E402
 from pipeline.resample.kernels import KERNEL_METHODS  # noqa: E402
-from pipeline.warp import _origin_free_lines, warp_window  # noqa: E402
-from pipeline.workers import tune_malloc  # noqa: E402
+from pipeline.resample.warp import _origin_free_lines, warp_window  # noqa: E402
 
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 METHODS = tuple(os.environ.get("BENCH_METHODS", ",".join(KERNEL_METHODS)).split(","))

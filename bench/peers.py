@@ -42,7 +42,7 @@ PROJ_EXT = "https://stac-extensions.github.io/projection/v2.0.0/schema.json"
 
 def grid_and_tiles() -> tuple[dict, list[dict]]:
     from pipeline.config import load_config
-    from pipeline.execute import plan_run
+    from pipeline.execute.runner import plan_run
 
     catalog, plan = plan_run(load_config(CONFIG))
     g = plan.grid

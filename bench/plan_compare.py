@@ -28,8 +28,8 @@ FINGERPRINT = """
 import hashlib, json, sys
 import numpy as np
 import pipeline
-from pipeline.execute import plan_run
-from pipeline.report import StageClock
+from pipeline.execute.runner import plan_run
+from pipeline.report.summary import StageClock
 
 def digest(a):
     a = np.asarray(a)

@@ -1,5 +1,5 @@
 """Threads against a local cluster, whole processes, on fixtures of growing size: the measurement behind
-``execution.scheduler: auto`` (:data:`pipeline.execute.AUTO_THREADS_MAX_MB`).
+``execution.scheduler: auto`` (:data:`pipeline.execute.runner.AUTO_THREADS_MAX_MB`).
 
 For each config (``configs/small.yaml``, ``configs/casestudy.yaml``, and ``configs/casestudy-x4.yaml``
 where its fixture exists): ``pipeline run CONFIG --workers 2 --set execution.scheduler=S`` for S in
@@ -26,7 +26,7 @@ SCHEDULERS = ("threads", "local-cluster")
 
 def planned_mb(config: str) -> float:
     from pipeline.config import load_config
-    from pipeline.execute import plan_run
+    from pipeline.execute.runner import plan_run
 
     _, plan = plan_run(load_config(config))
     return float(plan.partitions.costs().sum()) / 1e6

@@ -25,7 +25,7 @@ def inputs_for(tiles: str, workdir: str) -> dict[str, Any]:
     plans from the items without opening a file. A STAC API works the same way:
     ``{"stac_search": {"url": ..., "collections": [...]}}``.
     """
-    from pipeline.stac import items_from_files, write_item_collection
+    from pipeline.inputs.stac import items_from_files, write_item_collection
 
     items = items_from_files(glob.glob(os.path.join(tiles, "**", "*.tif"), recursive=True), href_base=workdir)
     return {"stac": write_item_collection(items, os.path.join(workdir, "items.json")), "groupby": "solar_day"}
@@ -34,7 +34,7 @@ def inputs_for(tiles: str, workdir: str) -> dict[str, Any]:
 def main(workdir: str) -> int:
     from distributed import Client, LocalCluster
 
-    from pipeline.fixtures import write_fixtures
+    from pipeline.tools.fixtures import write_fixtures
 
     tiles = os.path.join(workdir, "tiles")
     if not glob.glob(os.path.join(tiles, "*", "*.tif")):

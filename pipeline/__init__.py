@@ -1,9 +1,9 @@
 """pipeline: many satellite tiles in, one analysis-ready Zarr datacube out.
 
-Data flow, one module per stage::
+Data flow, one package per stage::
 
-    config -> catalog -> grid -> plan -> (read -> resample -> write) per task -> report
-                                         \\_ execute wires the tasks onto Dask _/
+    config -> inputs (catalog, stac) -> planning (grid, plan) -> per task: inputs.read -> resample -> store
+           -> report;  execute wires the tasks onto Dask (threads or a cluster), api and cli call execute
 
 From Python::
 
@@ -19,19 +19,17 @@ on first use.
 
 from __future__ import annotations
 
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Config": "pipeline.config_model",
+    "Config": "pipeline.config.model",
     "plan": "pipeline.api",
     "run": "pipeline.api",
     "PlanSummary": "pipeline.api",
     "Report": "pipeline.api",
-    "RunResult": "pipeline.execute",
+    "RunResult": "pipeline.execute.runner",
     "PipelineError": "pipeline.errors",
     "ConfigError": "pipeline.errors",
     "InputError": "pipeline.errors",
@@ -43,7 +41,7 @@ __all__ = ["__version__", *_LAZY]
 
 if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ imports them
     from pipeline.api import PlanSummary, Report, plan, run  # noqa: F401
-    from pipeline.config_model import Config  # noqa: F401
+    from pipeline.config.model import Config  # noqa: F401
     from pipeline.errors import (  # noqa: F401
         ConfigError,
         DeviceError,
@@ -52,21 +50,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ import
         StoreError,
         TileReadError,
     )
-    from pipeline.execute import RunResult  # noqa: F401
-
-
-class _Package(types.ModuleType):
-    """``pipeline.plan`` is the API function, though ``pipeline/plan.py`` is also a module: importing a
-    submodule sets it as an attribute of its package, and this package keeps its function instead
-    (the module stays importable: ``from pipeline.plan import Plan``)."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _LAZY and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
+    from pipeline.execute.runner import RunResult  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

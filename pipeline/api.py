@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import xarray
 
-    from pipeline.config_model import Config
-    from pipeline.execute import RunResult
-    from pipeline.grid import GridSpec
-    from pipeline.plan import Plan
+    from pipeline.config.model import Config
+    from pipeline.execute.runner import RunResult
+    from pipeline.planning.grid import GridSpec
+    from pipeline.planning.plan import Plan
 
 
 class Report(dict[str, Any]):
@@ -64,7 +64,7 @@ class PlanSummary:
 
 
 def _check(config: Any, fn: str) -> None:
-    from pipeline.config_model import Config
+    from pipeline.config.model import Config
 
     if not isinstance(config, Config):
         raise TypeError(f"pipeline.{fn} takes a pipeline.Config (pipeline.Config.from_yaml(path) reads a file, "
@@ -73,8 +73,8 @@ def _check(config: Any, fn: str) -> None:
 
 def plan(config: Config) -> PlanSummary:
     """Index the inputs and plan the run: grid, chunks, tasks, bytes. Reads no pixels."""
-    from pipeline.execute import plan_run, summarise_plan
-    from pipeline.report import StageClock
+    from pipeline.execute.runner import plan_run, summarise_plan
+    from pipeline.report.summary import StageClock
 
     _check(config, "plan")
     clock = StageClock()
@@ -105,7 +105,7 @@ def run(
     Raises :class:`~pipeline.errors.PipelineError` subclasses (``ConfigError`` names the key).
     """
     from pipeline.errors import ConfigError
-    from pipeline.execute import run as execute_run
+    from pipeline.execute.runner import run as execute_run
 
     _check(config, "run")
     if resume and overwrite:

@@ -85,7 +85,7 @@ def main() -> None:
 def run(config: str, sets: tuple[str, ...], workers: int | None, scheduler: str | None, device: str | None,
         resume: bool, overwrite: bool, report_path: str | None, verbose: int, quiet: bool) -> None:  # fmt: skip
     """Index, plan, read, resample and write the datacube described by CONFIG."""
-    from pipeline.workers import start_worker_server
+    from pipeline.execute.workers import start_worker_server
 
     _setup_logging(verbose, quiet)
     extra = {"execution.workers": workers, "execution.scheduler": scheduler, "execution.device": device}
@@ -99,7 +99,7 @@ def run(config: str, sets: tuple[str, ...], workers: int | None, scheduler: str 
         start_worker_server()  # the local workers' imports, on another core, while this process imports and plans
     cfg = validate(raw, source=config)
     from pipeline.api import run as run_pipeline
-    from pipeline.report import format_report
+    from pipeline.report.summary import format_report
 
     result = run_pipeline(cfg, overwrite=overwrite, resume=resume, progress=sys.stdout.isatty() and not quiet)
     if not quiet:
@@ -144,8 +144,8 @@ def plan(config: str, sets: tuple[str, ...], as_json: bool, from_report: str | N
     cfg = _load(config, sets)
     summary = dict(plan_pipeline(cfg).summary)
     if from_report:
-        from pipeline.report import read_report
-        from pipeline.sizing import estimate_for_plan
+        from pipeline.report.sizing import estimate_for_plan
+        from pipeline.report.summary import read_report
 
         if target_time <= 0:
             raise ConfigError("--target-time", f"must be positive, got {target_time}")
@@ -171,7 +171,7 @@ def plan(config: str, sets: tuple[str, ...], as_json: bool, from_report: str | N
     for line in summary["advice"]:
         click.echo(f"advice      {line}")
     if "sizing" in summary:
-        from pipeline.sizing import format_estimate
+        from pipeline.report.sizing import format_estimate
 
         click.echo(format_estimate(summary["sizing"], f"sizing      from {from_report}:"))
 
@@ -183,7 +183,7 @@ def plan(config: str, sets: tuple[str, ...], as_json: bool, from_report: str | N
 @_exits
 def index(config: str, sets: tuple[str, ...], verbose: int) -> None:
     """Build or refresh the Parquet tile index (inputs.index)."""
-    from pipeline.catalog import build_catalog
+    from pipeline.inputs.catalog import build_catalog
 
     _setup_logging(verbose, False)
     cfg = _load(config, sets)
@@ -205,7 +205,7 @@ def config_cmd(config: str | None, sets: tuple[str, ...], schema: bool) -> None:
     if schema:
         if config or sets:
             raise ConfigError("--schema", "takes no CONFIG or --set: the schema is the same for every config")
-        from pipeline.config_model import json_schema
+        from pipeline.config.model import json_schema
 
         click.echo(json.dumps(json_schema(), indent=2))
         return
@@ -220,18 +220,18 @@ def config_cmd(config: str | None, sets: tuple[str, ...], schema: bool) -> None:
 @_exits
 def report(report_json: str, html_out: str | None) -> None:
     """Print a past run's breakdown (and render it as HTML)."""
-    from pipeline.report import format_report, read_report
+    from pipeline.report.summary import format_report, read_report
 
     rep = read_report(report_json)
     click.echo(format_report(rep))
     if html_out:
-        from pipeline.report_html import write_html
+        from pipeline.report.html import write_html
 
         write_html(rep, html_out)
         click.echo(f"\nhtml: {html_out}")
 
 
-# The names of pipeline.fixtures.PRESETS, which this module does not import: a test keeps them equal.
+# The names of pipeline.tools.fixtures.PRESETS, which this module does not import: a test keeps them equal.
 PRESET_NAMES = ["small", "casestudy", "casestudy-x4", "mixed"]
 
 
@@ -244,7 +244,7 @@ PRESET_NAMES = ["small", "casestudy", "casestudy-x4", "mixed"]
 @_exits
 def fixtures(out: str, preset: str, seed: int, count: int | None, index_only: bool) -> None:
     """Write deterministic synthetic satellite tiles under OUT."""
-    from pipeline.fixtures import write_fixtures, write_virtual_index
+    from pipeline.tools.fixtures import write_fixtures, write_virtual_index
 
     if index_only:
         try:
@@ -265,7 +265,7 @@ def fixtures(out: str, preset: str, seed: int, count: int | None, index_only: bo
 @_exits
 def demo(workers: int | None, quiet: bool) -> None:
     """The case study at fixture scale: fixtures, run, breakdown."""
-    from pipeline.demo import run_demo
+    from pipeline.tools.demo import run_demo
 
     _setup_logging(0, quiet)
     sys.exit(run_demo(PROJECT_ROOT, workers=workers, echo=click.echo))
@@ -274,7 +274,7 @@ def demo(workers: int | None, quiet: bool) -> None:
 @main.command()
 def doctor() -> None:
     """Versions, GDAL drivers, CPU/GPU, CuPy, Dask."""
-    from pipeline.doctor import collect
+    from pipeline.tools.doctor import collect
 
     for key, value in collect().items():
         click.echo(f"{key:<14}{value}")

@@ -29,7 +29,7 @@ from pipeline.config import is_url
 from pipeline.errors import ConfigError
 
 if TYPE_CHECKING:  # the model imports pydantic; workers need only its attributes
-    from pipeline.config_model import StorageConfig
+    from pipeline.config.model import StorageConfig
 
 # GDAL options for reading cloud-optimised GeoTIFFs over HTTP, set once per worker (see read.py).
 CLOUD_DEFAULTS: dict[str, Any] = {
@@ -254,7 +254,7 @@ def zarr_store(url: str, storage: StorageConfig | None = None, *, read_only: boo
 
 def default_storage() -> StorageConfig:
     """The storage section's defaults (AWS, signed requests), built only when none is given."""
-    from pipeline.config_model import StorageConfig
+    from pipeline.config.model import StorageConfig
 
     return StorageConfig()
 
@@ -435,7 +435,7 @@ _FORWARDED_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_
 def worker_environment() -> dict[str, str]:
     """The AWS chain's environment variables (``AWS_*``) and HTTP proxy settings of this process now:
     what the local cluster's workers are started with. A worker spawned now would inherit them; one
-    forked from the fork server (:mod:`pipeline.workers`) has that server's environment from when it
+    forked from the fork server (:mod:`pipeline.execute.workers`) has that server's environment from when it
     started, which may predate them. They reach the workers through process start-up (the nanny's
     ``env``), never through the task graph."""
     return {k: v for k, v in os.environ.items() if k.startswith("AWS_") or k in _FORWARDED_ENV}

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 
 from pipeline.config import load_config
-from pipeline.fixtures import write_fixtures
+from pipeline.tools.fixtures import write_fixtures
 from tests.helpers import write_config
 
 
 def _cupy_device() -> bool:
-    from pipeline.device import detect_gpu
+    from pipeline.execute.device import detect_gpu
 
     return detect_gpu().available
 

@@ -56,13 +56,20 @@ def test_importing_pipeline_changes_no_global_state() -> None:
     }
 
 
-def test_plan_and_pipeline_plan_are_both_there() -> None:
-    """``pipeline/plan.py`` is a module too; importing it leaves ``pipeline.plan`` the API function."""
-    import pipeline.plan as _  # noqa: F401 - the submodule, imported on purpose
-    from pipeline.plan import Plan
+def test_submodules_leave_the_api_names() -> None:
+    """Importing every submodule leaves ``pipeline.plan``, ``pipeline.run``... the API's own objects: a
+    submodule named like one of them would replace it on the package."""
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.walk_packages(pipeline.__path__, "pipeline."):
+        if info.name != "pipeline.__main__":
+            importlib.import_module(info.name)
+    from pipeline.planning.plan import Plan
 
     assert callable(pipeline.plan) and pipeline.plan.__module__ == "pipeline.api"
-    assert Plan.__module__ == "pipeline.plan"
+    assert callable(pipeline.run) and pipeline.run.__module__ == "pipeline.api"
+    assert isinstance(pipeline.Config, type) and Plan.__module__ == "pipeline.planning.plan"
 
 
 def test_config_from_yaml_mapping_and_errors(tmp_path: Path, small_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,7 +88,7 @@ def test_config_from_yaml_mapping_and_errors(tmp_path: Path, small_dir: Path, mo
 
 
 def test_plan_reads_no_pixels_and_says_grid_chunks_tasks_bytes(tmp_path: Path, small_dir: Path) -> None:
-    from pipeline.execute import plan_run
+    from pipeline.execute.runner import plan_run
 
     cfg = pipeline.Config(**_mapping(small_dir, tmp_path / "c.zarr"))
     p = pipeline.plan(cfg)

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.catalog import TABLE_COLUMNS, build_catalog
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, TileReadError
+from pipeline.inputs.catalog import TABLE_COLUMNS, build_catalog
 from tests.helpers import write_config
 
 
@@ -86,8 +86,8 @@ def test_mixed_preset_spans_three_zones_that_overlap() -> None:
     tile blocks overlap in the grid CRS, 60 m bands among the five, three dates, non-negative seeds."""
     import numpy as np
 
-    from pipeline.fixtures import PRESETS, S2_BANDS, compute_tile_specs, compute_tile_values
-    from pipeline.grid import transform_boxes
+    from pipeline.planning.grid import transform_boxes
+    from pipeline.tools.fixtures import PRESETS, S2_BANDS, compute_tile_specs, compute_tile_values
 
     preset = PRESETS["mixed"]
     specs = compute_tile_specs(preset)

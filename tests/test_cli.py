@@ -86,7 +86,7 @@ def test_fixtures_are_deterministic(tmp_path: Path) -> None:
 
 def test_every_fixture_preset_is_offered_by_the_command() -> None:
     from pipeline.cli import fixtures
-    from pipeline.fixtures import PRESETS
+    from pipeline.tools.fixtures import PRESETS
 
     (preset,) = [p for p in fixtures.params if p.name == "preset"]
     assert list(preset.type.choices) == list(PRESETS)  # type: ignore[attr-defined]
@@ -106,16 +106,16 @@ def test_a_run_imports_neither_pandas_in_the_driver_nor_zarr_in_the_workers(tmp_
     driver = (
         "import sys\n"
         "from pipeline.config import load_config\n"
-        "from pipeline.execute import run\n"
+        "from pipeline.execute.runner import run\n"
         f"assert run(load_config({str(cfg)!r})).exit_code == 0\n"
         "print(sorted(m for m in ('pandas', 'zarr', 'tqdm') if m in sys.modules))\n"
     )
     worker = (  # a worker's imports and tasks, in one process, on the store the driver made
         "import importlib, sys\n"
         "from pipeline.config import load_config\n"
-        "from pipeline.execute import plan_run\n"
-        "from pipeline.task import TaskContext, run_partition, warm_up\n"
-        "from pipeline.workers import WORKER_PRELOAD\n"
+        "from pipeline.execute.runner import plan_run\n"
+        "from pipeline.execute.task import TaskContext, run_partition, warm_up\n"
+        "from pipeline.execute.workers import WORKER_PRELOAD\n"
         "for m in WORKER_PRELOAD: importlib.import_module(m)\n"
         f"cfg = load_config({str(cfg)!r})\n"
         "catalog, plan = plan_run(cfg)\n"

@@ -256,7 +256,7 @@ def test_null_sections_and_keys_take_their_defaults(tmp_path: Path) -> None:
 def test_urls_are_never_resolved_and_mappings_resolve_against_cwd(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pipeline.config_model import Config
+    from pipeline.config.model import Config
 
     monkeypatch.chdir(tmp_path)
     raw = {
@@ -345,7 +345,7 @@ def test_output_hash_is_pinned(raw: dict, expected: str) -> None:
 def test_config_is_frozen_picklable_and_round_trips_through_yaml(tmp_path: Path) -> None:
     import pickle
 
-    from pipeline.config_model import Config
+    from pipeline.config.model import Config
 
     c = load_config(_cfg(tmp_path, FULL))
     with pytest.raises(ValueError):
@@ -359,7 +359,7 @@ def test_config_is_frozen_picklable_and_round_trips_through_yaml(tmp_path: Path)
 def test_resampling_choices_are_the_kernels_methods() -> None:
     from typing import get_args
 
-    from pipeline.config_model import Resampling
+    from pipeline.config.model import Resampling
     from pipeline.resample.kernels import KERNEL_METHODS
 
     assert get_args(Resampling) == KERNEL_METHODS
@@ -416,7 +416,7 @@ def _schema_keys(schema: dict, node: dict, prefix: str = "") -> dict[str, dict]:
 def test_the_schema_describes_every_key_and_validates_the_shipped_configs() -> None:
     import jsonschema
 
-    from pipeline.config_model import json_schema
+    from pipeline.config.model import json_schema
 
     schema = json_schema()
     keys = _schema_keys(schema, schema)

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from pipeline.config import load_config
-from pipeline.device import (
+from pipeline.errors import ConfigError
+from pipeline.execute.device import (
     DeviceProfile,
     GpuInfo,
     TaskWork,
@@ -20,7 +21,6 @@ from pipeline.device import (
     submit_options,
     verify_gpu,
 )
-from pipeline.errors import ConfigError
 from tests.helpers import write_config
 
 H200 = DeviceProfile(
@@ -162,8 +162,8 @@ def test_device_gpu_without_one_exits_2_and_writes_nothing(tmp_path: Path, small
 def test_gpu_warp_equals_cpu_kernels(small_dir: Path) -> None:
     if not detect_gpu().available:
         pytest.skip("no CUDA device / CuPy")
-    from pipeline.plan import SourceWindow
-    from pipeline.warp import warp_window
+    from pipeline.planning.plan import SourceWindow
+    from pipeline.resample.warp import warp_window
 
     rng = np.random.default_rng(0)
     src = rng.integers(1, 4000, (600, 600)).astype("u2")

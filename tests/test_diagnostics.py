@@ -15,8 +15,8 @@ import rasterio
 from rasterio.transform import from_origin
 
 from pipeline.config import load_config
-from pipeline.execute import run
-from pipeline.report import compute_diagnostics
+from pipeline.execute.runner import run
+from pipeline.report.summary import compute_diagnostics
 from tests.helpers import write_config
 
 
@@ -108,7 +108,7 @@ def _chromium() -> str | None:
 def test_html_report_renders_in_headless_chromium(clean: dict[str, Any], tmp_path: Path) -> None:
     from matplotlib.image import imread
 
-    from pipeline.report_html import COLOURS, write_html
+    from pipeline.report.html import COLOURS, write_html
 
     browser = _chromium()
     if browser is None:

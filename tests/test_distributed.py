@@ -97,7 +97,7 @@ def test_run_on_a_real_cluster_matches_local(tmp_path: Path, small_dir: Path, cl
 def test_local_workers_are_forked_from_a_fork_server_on_linux() -> None:
     import dask
 
-    from pipeline.workers import worker_start_method
+    from pipeline.execute.workers import worker_start_method
 
     if sys.platform.startswith("linux"):
         assert worker_start_method() == worker_start_method("spawn") == "forkserver"
@@ -109,8 +109,8 @@ def test_local_workers_tune_glibcs_allocator() -> None:
     """Forked workers cannot take allocator settings from the environment; warm-up sets them by mallopt."""
     import ctypes.util
 
-    from pipeline.task import warm_up
-    from pipeline.workers import tune_malloc
+    from pipeline.execute.task import warm_up
+    from pipeline.execute.workers import tune_malloc
 
     glibc = (
         sys.platform.startswith("linux")
@@ -123,7 +123,7 @@ def test_local_workers_tune_glibcs_allocator() -> None:
 
 def test_the_local_clusters_workers_run_without_distributeds_profiler(small_config: Any) -> None:
     """Its 10 ms stack sampling holds each worker's GIL; the report times the stages itself."""
-    from pipeline.execute import _start_client
+    from pipeline.execute.runner import _start_client
 
     client, cluster = _start_client(small_config("execution.workers=1"), n_partitions=1)
     try:

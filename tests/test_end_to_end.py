@@ -21,8 +21,8 @@ from rasterio.warp import reproject, transform_bounds
 
 from pipeline.config import load_config
 from pipeline.errors import ConfigError
-from pipeline.execute import run
-from pipeline.warp import GDAL_NAMES
+from pipeline.execute.runner import run
+from pipeline.resample.warp import GDAL_NAMES
 from tests.helpers import write_config
 
 
@@ -198,8 +198,8 @@ def test_other_methods_and_the_kernel_engine_match_gdal(tmp_path: Path, small_di
 def test_skipping_covered_tiles_changes_nothing(tmp_path: Path, small_dir: Path, fuse: str, method: str) -> None:
     """first/last resample a tile only where the chunk is still empty: the same cube as resampling every
     tile whole and fusing afterwards, bit for bit, and some tiles are in fact skipped."""
-    from pipeline.execute import _prepare_store, plan_run
-    from pipeline.task import TaskContext, run_partition
+    from pipeline.execute.runner import _prepare_store, plan_run
+    from pipeline.execute.task import TaskContext, run_partition
 
     data = tmp_path / "data"
     shutil.copytree(small_dir, data)

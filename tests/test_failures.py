@@ -18,11 +18,11 @@ import pytest
 import rasterio
 import zarr
 
-import pipeline.execute
-from pipeline.catalog import build_catalog
+import pipeline.execute.runner
 from pipeline.config import load_config
-from pipeline.execute import run
-from pipeline.write import JOURNAL_DIR, store_is_complete
+from pipeline.execute.runner import run
+from pipeline.inputs.catalog import build_catalog
+from pipeline.store.write import JOURNAL_DIR, store_is_complete
 from tests.helpers import write_config
 
 BANDS = ("B01", "B02", "B04", "B11")
@@ -120,7 +120,7 @@ def test_file_deleted_between_indexing_and_reading(tmp_path: Path, small_dir: Pa
         victim.unlink()  # gone after its header was read, before any task reads it
         return catalog
 
-    monkeypatch.setattr(pipeline.execute, "build_catalog", catalog_then_delete)
+    monkeypatch.setattr(pipeline.execute.runner, "build_catalog", catalog_then_delete)
     cfg = load_config(write_config(tmp_path, str(data / "**" / "*.tif")), ["execution.workers=1"])
     result = run(cfg)
     assert result.exit_code == 3
@@ -267,12 +267,12 @@ def test_a_bug_fails_the_run_instead_of_passing_for_a_bad_input(
     """Only input errors (rasterio's, the OS's) make a skipped input; a bug planted in the read path
     (a KeyError, as a wrong dict lookup would raise) fails the run with that error, and the store is
     not marked complete."""
-    import pipeline.read
+    import pipeline.inputs.read
 
     def broken(*args: object, **kw: object) -> object:
         raise KeyError("a bug in the read path")
 
-    monkeypatch.setattr(pipeline.read, "offset_transform", broken)
+    monkeypatch.setattr(pipeline.inputs.read, "offset_transform", broken)
     cfg = load_config(write_config(tmp_path, str(small_dir / "**" / "*.tif")), ["execution.scheduler=threads"])
     with pytest.raises(KeyError, match="a bug in the read path"):
         run(cfg)

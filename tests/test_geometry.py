@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pipeline.resample.kernels import KERNEL_METHODS
-from pipeline.warp import MapCache, RowSpan, compute_coord_map, warp_window
+from pipeline.resample.warp import MapCache, RowSpan, compute_coord_map, warp_window
 from tests.test_kernels import CASES, dst_grid, source
 
 SHAPE = (300, 200)
@@ -131,8 +131,8 @@ def test_bands_of_one_grid_share_a_map() -> None:
 
 def test_a_run_reports_the_maps_it_reused(small_config: Any) -> None:
     """Tasks count the maps they reused and made; the report sums them (bands of one grid share maps)."""
-    from pipeline.execute import run
-    from pipeline.warp import MAPS
+    from pipeline.execute.runner import run
+    from pipeline.resample.warp import MAPS
 
     MAPS.clear()
     report = run(small_config("execution.scheduler=threads")).report

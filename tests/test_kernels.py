@@ -15,11 +15,11 @@ from rasterio.enums import Resampling
 from rasterio.warp import reproject
 from scipy.ndimage import binary_erosion
 
-from pipeline.grid import transform_points
-from pipeline.plan import SourceWindow
+from pipeline.planning.grid import transform_points
+from pipeline.planning.plan import SourceWindow
 from pipeline.resample.kernels import KERNEL_METHODS, RESAMPLERS, CoordMap, resample
-from pipeline.transform import approx_lines
-from pipeline.warp import GDAL_NAMES, RowSpan, compute_coord_map, warp_window
+from pipeline.resample.transform import approx_lines
+from pipeline.resample.warp import GDAL_NAMES, RowSpan, compute_coord_map, warp_window
 
 N = 1100
 
@@ -107,7 +107,7 @@ def test_cross_crs_coordinate_map_error_is_below_an_eighth_of_a_pixel(method: st
 def test_tiles_of_one_crs_and_pixel_size_share_a_map_whatever_the_order() -> None:
     """A north-up tile's map is the cached origin-free map shifted by its origin: the same positions,
     bit for bit, whichever tile of that CRS and pixel size was mapped first."""
-    from pipeline import warp
+    from pipeline.resample import warp
 
     _, s = source(*CASES["cross-zone"])
     t = s.transform

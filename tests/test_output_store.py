@@ -17,12 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from zarr.codecs import ZstdCodec
 
-from pipeline import write
 from pipeline.config import StorageConfig, load_config
 from pipeline.errors import ConfigError
-from pipeline.execute import plan_run, run
-from pipeline.plan import pack_partitions
+from pipeline.execute.runner import plan_run, run
+from pipeline.planning.plan import pack_partitions
 from pipeline.storage import object_store, zarr_store
+from pipeline.store import write
 from tests.helpers import write_config
 
 

@@ -13,9 +13,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.plan import SourceWindow, compute_plan
+from pipeline.planning.plan import SourceWindow, compute_plan
 from pipeline.resample.kernels import KERNEL_METHODS
-from pipeline.warp import RowSpan, warp_window
+from pipeline.resample.warp import RowSpan, warp_window
 from tests.helpers import virtual_tiles
 
 RES = 20.0

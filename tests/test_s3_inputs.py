@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import zarr
 
-from pipeline.catalog import build_catalog, find_inputs
 from pipeline.config import StorageConfig, load_config
 from pipeline.errors import ConfigError
-from pipeline.execute import plan_run, run
-from pipeline.report import compute_diagnostics, format_report
+from pipeline.execute.runner import plan_run, run
+from pipeline.inputs.catalog import build_catalog, find_inputs
+from pipeline.report.summary import compute_diagnostics, format_report
 from pipeline.storage import list_objects
 from tests.faultproxy import FaultProxy
 from tests.helpers import PATTERN, write_config
@@ -321,9 +321,9 @@ def test_workers_get_credentials_set_after_the_fork_server_started(tmp_path, s3_
     cfg = s3_config(tmp_path, s3_bucket, s3_server.endpoint_url)
     script = (
         "import os\n"
-        "from pipeline.workers import start_worker_server\n"
+        "from pipeline.execute.workers import start_worker_server\n"
         "from pipeline.config import load_config\n"
-        "from pipeline.execute import run\n"
+        "from pipeline.execute.runner import run\n"
         "if __name__ == '__main__':\n"
         "    start_worker_server()\n"
         f"    os.environ.update({TEST_CREDENTIALS!r})\n"

@@ -16,7 +16,7 @@ import pytest
 
 from pipeline.config import StorageConfig, load_config
 from pipeline.errors import ConfigError
-from pipeline.execute import run
+from pipeline.execute.runner import run
 from tests.helpers import write_config
 from tests.s3server import free_port, upload_tree
 from tests.test_output_store import _cube_objects
@@ -64,7 +64,7 @@ def test_sigkill_during_an_s3_write_then_resume_gives_the_same_cube(tmp_path: Pa
     os.killpg(proc.pid, signal.SIGKILL)  # the driver and its whole local cluster
     proc.wait()
     storage = StorageConfig(endpoint_url=s3_server.endpoint_url)
-    from pipeline.write import store_is_complete
+    from pipeline.store.write import store_is_complete
 
     assert not store_is_complete(url, storage)
     done_before = _journal(client, s3_bucket, "cube.zarr")
@@ -148,7 +148,7 @@ def test_workers_get_credentials_set_after_the_fork_server(tmp_path: Path, small
     script = (
         "import os, sys\n"
         "from pipeline.config import load_config\n"
-        "from pipeline.execute import run\n"
+        "from pipeline.execute.runner import run\n"
         f"assert run(load_config({str(local)!r})).exit_code == 0\n"
         f"os.environ.update({TEST_CREDENTIALS!r})\n"
         f"assert run(load_config({str(remote)!r})).exit_code == 0\n"

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from pipeline.config import load_config
-from pipeline.execute import plan_run, run
-from pipeline.fixtures import write_virtual_index
+from pipeline.execute.runner import plan_run, run
+from pipeline.tools.fixtures import write_virtual_index
 from tests.helpers import write_config
 
 FULL = 192_000

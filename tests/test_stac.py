@@ -24,8 +24,8 @@ from click.testing import CliRunner
 
 from pipeline.cli import main
 from pipeline.config import load_config
-from pipeline.execute import run
-from pipeline.stac import (
+from pipeline.execute.runner import run
+from pipeline.inputs.stac import (
     compute_solar_day,
     compute_time_steps,
     items_from_files,
@@ -200,7 +200,7 @@ def test_items_without_projection_are_opened(small_dir: Path, stac_dir: Path, tm
 
 
 def test_groupby_none_makes_one_time_step(stac_dir: Path, tmp_path: Path) -> None:
-    from pipeline.catalog import build_catalog
+    from pipeline.inputs.catalog import build_catalog
 
     cfg = load_config(_config(tmp_path, {"stac": str(stac_dir / "items.parquet"), "groupby": "none"}))
     assert len(np.unique(build_catalog(cfg).tiles["date"])) == 1
@@ -245,7 +245,7 @@ def test_dict_and_arrow_readers_agree(stac_dir: Path, tmp_path: Path) -> None:
     also with ``assets: null`` (every raster asset wanted) and one item short of a band."""
     import pyarrow.parquet as pq
 
-    from pipeline.stac import (
+    from pipeline.inputs.stac import (
         ASSET_COLUMNS,
         _as_arrays,
         asset_rows_from_arrow,

@@ -11,8 +11,8 @@ import pytest
 import zarr
 from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
 
-from pipeline import write
 from pipeline.errors import StoreError
+from pipeline.store import write
 
 
 def _pair(tmp_path: Path, dtype: str, fill: float, compressors: list[object] | None) -> tuple[str, str]:
@@ -126,7 +126,7 @@ def test_finalised_store_is_consolidated_as_zarr_does_it(tmp_path: Path, small_d
     import json
 
     from pipeline.config import load_config
-    from pipeline.execute import plan_run
+    from pipeline.execute.runner import plan_run
     from tests.helpers import write_config
 
     cfg = load_config(write_config(tmp_path, str(small_dir / "**" / "*.tif")))

@@ -1,5 +1,5 @@
 """Bench only (``bench/bounds.py``): with this folder on PYTHONPATH, every Python process of a run (the
-driver, the fork server, the workers forked from it) gets a ``pipeline.warp.warp_window`` that copies
+driver, the fork server, the workers forked from it) gets a ``pipeline.resample.warp.warp_window`` that copies
 the source window's pixels into the destination's shape instead of resampling them. The run reads,
 plans, schedules and writes as usual, so its wall time is the pipeline's with resampling free: the
 least any kernel work could bring it to. Its cube is not a resampled one; the bench writes it apart.
@@ -24,10 +24,10 @@ def _copy_window(src_array: Any, src: Any, dst_shape_yx: tuple[int, int], *args:
 
 
 class _PatchWarp(importlib.abc.MetaPathFinder):
-    """Replaces ``warp_window`` as ``pipeline.warp`` finishes importing, before anything imports the name."""
+    """Replaces ``warp_window`` as ``pipeline.resample.warp`` finishes importing, before anything imports the name."""
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != "pipeline.warp":
+        if name != "pipeline.resample.warp":
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)

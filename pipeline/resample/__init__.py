@@ -1,7 +1,16 @@
-"""Pure array kernels, one implementation for NumPy and CuPy (``xp``).
+"""Resampling: pure array kernels, one implementation for NumPy and CuPy (``xp``), and the seam
+that feeds them.
 
-Nothing geospatial is imported here: no rasterio, pyproj, dask, zarr or
-xarray. Callers hand in arrays and plain numbers.
+* the kernels: :mod:`~pipeline.resample.methods` (the one table of methods), :mod:`~pipeline.resample.coords`
+  (coordinate maps), :mod:`~pipeline.resample.point`, :mod:`~pipeline.resample.weighted`,
+  :mod:`~pipeline.resample.footprint`, :mod:`~pipeline.resample.rank` (the families),
+  :mod:`~pipeline.resample.common` (shared helpers), :mod:`~pipeline.resample.kernels` (dispatch),
+  :mod:`~pipeline.resample.fuse` (tiles of one chunk into one array), :mod:`~pipeline.resample.parity`.
+  They import nothing geospatial (no rasterio, pyproj, dask, zarr or xarray): callers hand in arrays
+  and plain numbers;
+* :mod:`~pipeline.resample.warp` (one source window onto one chunk: the coordinate map from the
+  geometry, the map cache, the kernels or GDAL's warper) and :mod:`~pipeline.resample.transform`
+  (GDAL's approximate transformer, vectorised): the only modules here that import pyproj or rasterio.
 """
 
 from pipeline.resample.fuse import FirstValid, fuse_arrays, valid_mask

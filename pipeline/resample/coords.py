@@ -8,7 +8,7 @@ comes in two forms:
   scale and offset; no per-pixel transform at all;
 * lines: any reprojection. Every destination row is a run of straight
   segments, exact at their ends and linear in between (GDAL's approximate
-  transformer, built outside with pyproj; see :mod:`pipeline.transform`). A
+  transformer, built outside with pyproj; see :mod:`pipeline.resample.transform`). A
   :class:`LineMap` holds the segments and :meth:`LineMap.positions`
   interpolates them here, on whichever array module the kernel runs on.
   Two lattices: pixel centres (nearest, bilinear, cubic) and pixel corners

@@ -1,6 +1,6 @@
 """Kernel parity between array modules: the same inputs through NumPy and through a device module
 (CuPy), compared. Pure: imports only NumPy and this package's kernels, so it runs on a bare GPU machine
-(``bench/gpu_check.py``) and inside a worker (``pipeline.device.verify_gpu``).
+(``bench/gpu_check.py``) and inside a worker (``pipeline.execute.device.verify_gpu``).
 
 Three maps per method: ``same`` (one CRS, a 2x reduction with a quarter-pixel offset), ``reproj`` (a
 rotated 2x reduction given as line maps, the shape of a cross-zone reprojection) and ``up3`` (aligned

@@ -34,7 +34,7 @@ import numpy as np
 
 from pipeline import __version__
 from pipeline.errors import ConfigError, StoreError
-from pipeline.plan import Plan
+from pipeline.planning.plan import Plan
 from pipeline.storage import (
     cached_store,
     default_storage,
@@ -48,7 +48,7 @@ from pipeline.storage import (
 )
 
 if TYPE_CHECKING:  # the model imports pydantic; workers need only its attributes
-    from pipeline.config_model import StorageConfig
+    from pipeline.config.model import StorageConfig
 
 logger = logging.getLogger(__name__)
 JOURNAL_DIR = ".pipeline-journal"
@@ -508,7 +508,7 @@ class StoreWriter:
     """A task's writes to one store: each chunk's object is put as it comes (to a bucket, in the
     background); in a sharded array the chunks are held (encoded) until :meth:`flush` writes each shard
     as one object. :meth:`flush` returns once every object is stored. Partitions hold whole
-    shards (:func:`pipeline.plan.pack_partitions`), so every shard is written once, by one task."""
+    shards (:func:`pipeline.planning.plan.pack_partitions`), so every shard is written once, by one task."""
 
     path: str
     storage: StorageConfig | None = None

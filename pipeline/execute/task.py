@@ -1,6 +1,6 @@
 """One task: read, resample, fuse and write every chunk of a partition.
 
-Runs on a Dask worker. It receives a :class:`~pipeline.plan.Partition`
+Runs on a Dask worker. It receives a :class:`~pipeline.planning.plan.Partition`
 (paths and windows, never data or open handles) and a small
 :class:`TaskContext`, and returns a plain dict the report consumes.
 """
@@ -16,14 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from pipeline import netstats
 from pipeline.errors import TileReadError
-from pipeline.grid import offset_transform
-from pipeline.plan import BandSpec, Partition
-from pipeline.read import configure_reads, open_count, read_window
+from pipeline.inputs import netstats
+from pipeline.inputs.read import configure_reads, open_count, read_window
+from pipeline.planning.grid import offset_transform
+from pipeline.planning.plan import BandSpec, Partition
 from pipeline.resample import FirstValid, fuse_arrays
-from pipeline.warp import MAPS, RowSpan, warp_window
-from pipeline.write import StoreWriter, journal_record
+from pipeline.resample.warp import MAPS, RowSpan, warp_window
+from pipeline.store.write import StoreWriter, journal_record
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class TaskContext:
     fuse: str
     on_error: str
     engine: str = "auto"
-    """Resampling engine: auto | kernels | gdal (see pipeline.warp)."""
+    """Resampling engine: auto | kernels | gdal (see pipeline.resample.warp)."""
     grid_width: int = 0
     """Columns in the grid's rows: reprojection positions are approximated along whole rows (no seams)."""
     skip_covered: bool = True
@@ -45,7 +45,7 @@ class TaskContext:
     """The config's :class:`~pipeline.config.StorageConfig` (endpoint, region; never a credential: each
     worker resolves those from its own AWS chain), for an ``s3://`` store."""
     store_stamp: str | None = None
-    """:func:`pipeline.write.store_stamp` of the store: workers read its metadata once per process."""
+    """:func:`pipeline.store.write.store_stamp` of the store: workers read its metadata once per process."""
     gdal_env: tuple[tuple[str, str], ...] = ()
     """``inputs.gdal_env`` as (option, value) pairs, over the cloud defaults for remote reads."""
 
@@ -71,11 +71,11 @@ def warm_up(
     ``log_level``: for the local cluster's workers, the level their ``distributed`` log handlers print
     at. Task errors are reported by the driver. ``ctx``, ``crs``: the run's store (its arrays are
     opened) and the tiles' CRSs (the transformers from the grid's CRS to theirs are made). ``local``:
-    a worker of the run's own cluster, whose allocator is tuned (:func:`pipeline.workers.tune_malloc`).
+    a worker of the run's own cluster, whose allocator is tuned (:func:`pipeline.execute.workers.tune_malloc`).
     """
     netstats.clear_cache()  # a run reads objects as they are now (a long-lived process may hold old ones)
     if local:
-        from pipeline.workers import tune_malloc
+        from pipeline.execute.workers import tune_malloc
 
         tune_malloc()
     import numcodecs
@@ -83,7 +83,7 @@ def warm_up(
     import rasterio.warp  # noqa: F401
     from rasterio.io import MemoryFile
 
-    from pipeline.grid import transform_points
+    from pipeline.planning.grid import transform_points
 
     pixel = np.ones((1, 16, 16), dtype="uint16")
     with MemoryFile() as mem, mem.open(driver="GTiff", width=16, height=16, count=1, dtype="uint16",
@@ -93,8 +93,8 @@ def warm_up(
         ds.read(1)
     numcodecs.Zstd(level=1).encode(pixel)
     if ctx is not None:
-        from pipeline.warp import same_crs
-        from pipeline.write import open_array
+        from pipeline.resample.warp import same_crs
+        from pipeline.store.write import open_array
 
         for tile_crs in crs:
             same_crs(tile_crs, ctx.grid_crs)
@@ -124,7 +124,7 @@ def _picks_one(ctx: TaskContext) -> bool:
 def _add_chunk(fit: list[float], mb: float, seconds: float) -> None:
     """Accumulate one chunk into a task's least-squares sums (``chunk_fit``): the report pools them over
     the run's tasks to split a chunk's time into a fixed part and a part per MB
-    (:func:`pipeline.report.compute_chunk_costs`)."""
+    (:func:`pipeline.report.summary.compute_chunk_costs`)."""
     fit[0] += 1
     fit[1] += mb
     fit[2] += mb * mb
@@ -139,7 +139,7 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
     usable GPU runs on the CPU and says so.
     """
     if device == "gpu":
-        from pipeline.device import detect_gpu
+        from pipeline.execute.device import detect_gpu
 
         gpu = detect_gpu()
         if not gpu.available:

@@ -5,7 +5,7 @@ pairs: a tile's footprint in the grid CRS gives the range of chunks it can
 touch (no chunks x tiles loop); each pair then gets the source window the
 chunk needs, padded for the resampling kernel, at the overview level chosen
 for that tile. The geometry (footprints, levels, windows) is in
-:mod:`pipeline.plan_windows`, computed once per distinct input; this module
+:mod:`pipeline.planning.windows`, computed once per distinct input; this module
 orders the pairs into chunk jobs and packs the jobs into partitions.
 """
 
@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 if TYPE_CHECKING:  # workers import this module for its task types only
-    from pipeline.catalog import TileTable
+    from pipeline.inputs.catalog import TileTable
 
-from pipeline.grid import GridSpec, compute_grid, offset_transform
-from pipeline.plan_windows import (  # noqa: F401 - OVERVIEW_METHODS, OVERVIEW_TOLERANCE: importable from here too
+from pipeline.planning.grid import GridSpec, compute_grid, offset_transform
+from pipeline.planning.windows import (  # noqa: F401 - OVERVIEW_METHODS, OVERVIEW_TOLERANCE: importable from here too
     KERNEL_PAD,
     OVERVIEW_METHODS,
     OVERVIEW_TOLERANCE,

@@ -18,7 +18,7 @@ def collect() -> dict[str, str]:
     import rasterio
 
     from pipeline import __version__
-    from pipeline.device import detect_gpu
+    from pipeline.execute.device import detect_gpu
 
     with rasterio.Env() as env:
         drivers = env.drivers()

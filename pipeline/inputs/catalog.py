@@ -43,7 +43,7 @@ import numpy as np
 
 from pipeline.config import Config, is_url
 from pipeline.errors import ConfigError, TileReadError
-from pipeline.read import input_errors
+from pipeline.inputs.read import input_errors
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ class Catalog:
     band_attrs: dict[str, dict[str, float]] = field(default_factory=dict)
     """Extra attributes per output band (STAC ``raster:bands`` scale/offset as CF ``scale_factor``/``add_offset``)."""
     network: dict[str, Any] | None = None
-    """What the header reads cost on the network (:func:`pipeline.netstats.take`); None: all local."""
+    """What the header reads cost on the network (:func:`pipeline.inputs.netstats.take`); None: all local."""
 
 
 def find_inputs(config: Config) -> list[str]:
@@ -217,7 +217,7 @@ def read_header(path: str, config: Config | None = None) -> dict[str, Any]:
     """Open one file and return its header fields (see the module docstring). A URL is opened through
     GDAL's ``/vsis3/`` or ``/vsicurl/`` with ``config``'s storage settings and ``inputs.gdal_env``."""
     if is_url(path):
-        from pipeline.read import cloud_env
+        from pipeline.inputs.read import cloud_env
         from pipeline.storage import default_storage, redact, vsi_path
 
         storage = config.storage if config is not None else default_storage()
@@ -288,7 +288,7 @@ def build_catalog(config: Config, max_threads: int = 8) -> Catalog:
     With ``inputs.trust_index`` the index is the input list: no glob, no stat, no file opened.
     """
     if config.inputs.stac or config.inputs.stac_search:
-        from pipeline.stac import build_stac_catalog
+        from pipeline.inputs.stac import build_stac_catalog
 
         return build_stac_catalog(config, max_threads)
     index = _load_index(config.inputs.index, config.storage) if config.inputs.index else None
@@ -334,7 +334,7 @@ def build_catalog(config: Config, max_threads: int = 8) -> Catalog:
 
     fresh = []
     if any(is_url(p) for p in to_read):
-        from pipeline.read import cloud_env
+        from pipeline.inputs.read import cloud_env
 
         cloud_env(config.storage)  # the AWS session and GDAL's network counters: once, before the threads
     if to_read:
@@ -353,7 +353,7 @@ def build_catalog(config: Config, max_threads: int = 8) -> Catalog:
     if config.inputs.index and (to_read or index is None or len(index) != len(headers)):
         write_index(config.inputs.index, headers, config.storage)
     catalog = _catalog_from(headers, config, skipped, headers_read=len(to_read))
-    from pipeline import netstats
+    from pipeline.inputs import netstats
 
     catalog.network = netstats.take()
     return catalog

@@ -11,7 +11,7 @@ import html
 import os
 from typing import Any
 
-from pipeline.report import STAGES, format_report
+from pipeline.report.summary import STAGES, format_report
 
 COLOURS = {
     "index": "#8c8c8c",

@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline import netstats
 from pipeline.config import is_url
 from pipeline.errors import TileReadError
-from pipeline.grid import offset_transform
-from pipeline.plan import SourceWindow
+from pipeline.inputs import netstats
+from pipeline.planning.grid import offset_transform
+from pipeline.planning.plan import SourceWindow
 
 if TYPE_CHECKING:  # the model imports pydantic; workers need only its attributes
-    from pipeline.config_model import StorageConfig
+    from pipeline.config.model import StorageConfig
 
 MAX_OPEN_FILES = 64
 _local = threading.local()

@@ -3,7 +3,7 @@
 ``kernels`` runs the project's array kernels (:mod:`pipeline.resample.kernels`,
 NumPy or CuPy) on a coordinate map built here: exact and separable when the
 source and destination share a CRS, else GDAL's approximate transformer along
-the grid's rows (:mod:`pipeline.transform`: exact pyproj positions at segment
+the grid's rows (:mod:`pipeline.resample.transform`: exact pyproj positions at segment
 ends), which the kernel interpolates. ``gdal`` runs GDAL's warper
 (``rasterio.warp.reproject``) on the in-memory window. The task code calls
 :func:`warp_window` and nothing else.
@@ -20,13 +20,13 @@ from typing import Any
 import numpy as np
 from affine import Affine
 
-from pipeline.grid import transform_points
-from pipeline.plan import SourceWindow
+from pipeline.planning.grid import transform_points
+from pipeline.planning.plan import SourceWindow
 from pipeline.resample.coords import LineMap
 from pipeline.resample.fuse import valid_mask
 from pipeline.resample.kernels import CENTRE_METHODS, CoordMap, resample
 from pipeline.resample.methods import METHODS
-from pipeline.transform import approx_lines
+from pipeline.resample.transform import approx_lines
 
 # Our method names -> rasterio's Resampling members where they differ.
 GDAL_NAMES = {name: m.gdal_name for name, m in METHODS.items() if m.gdal_name != name}

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pipeline.grid import GridSpec, transform_boxes, transform_points
+from pipeline.planning.grid import GridSpec, transform_boxes, transform_points
 from pipeline.resample.methods import METHODS
 
 if TYPE_CHECKING:
-    from pipeline.catalog import TileTable
+    from pipeline.inputs.catalog import TileTable
 
 # Source pixels of padding around each window, per method (kernel support + 1 for rounding).
 KERNEL_PAD = {name: m.pad for name, m in METHODS.items()}

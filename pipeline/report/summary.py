@@ -121,7 +121,7 @@ MEMORY_SHARE = 0.8
 machine's memory shared by the local workers)."""
 GPU_MIN_CHUNK_BYTES = 1 << 20
 """``gpu_windows``: GPU tasks whose chunks are under this many bytes spend more on transfers and launches
-than the kernels save (:mod:`pipeline.device` models it; ``device: gpu`` overrides the model)."""
+than the kernels save (:mod:`pipeline.execute.device` models it; ``device: gpu`` overrides the model)."""
 
 
 def compute_task_overhead(tasks: list[dict[str, Any]]) -> tuple[float, float]:

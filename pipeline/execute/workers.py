@@ -19,9 +19,9 @@ import multiprocessing
 import os
 import sys
 
-WORKER_PRELOAD = ("numpy", "numcodecs", "rasterio", "rasterio.warp", "distributed", "pipeline.task")
+WORKER_PRELOAD = ("numpy", "numcodecs", "rasterio", "rasterio.warp", "distributed", "pipeline.execute.task")
 """Modules the fork server imports once for every worker. Not zarr-python: workers write chunks themselves
-(:class:`pipeline.write.StoreWriter`) and import it only for a codec chain they cannot run directly."""
+(:class:`pipeline.store.write.StoreWriter`) and import it only for a codec chain they cannot run directly."""
 
 WORKER_MALLOC = {"MALLOC_TRIM_THRESHOLD_": 64 << 20, "MALLOC_MMAP_THRESHOLD_": 16 << 20}
 """glibc's allocator settings for local workers: heap-allocate below 16 MiB, trim above 64 MiB.

@@ -261,7 +261,7 @@ def write_virtual_index(
 
     import yaml
 
-    from pipeline.catalog import INDEX_COLUMNS, TileTable, write_index
+    from pipeline.inputs.catalog import INDEX_COLUMNS, TileTable, write_index
 
     base = PRESETS[preset]
     nx, ny = _grid_for(count, 2 * len(base.bands) * len(base.dates))

@@ -22,13 +22,23 @@ from typing import Any
 import numpy as np
 
 from pipeline import __version__
-from pipeline.catalog import build_catalog
 from pipeline.config import Config, is_url
-from pipeline.device import check_request, decide, detect_gpu, load_profile, probe_worker, submit_options, task_work
 from pipeline.errors import ConfigError
-from pipeline.netstats import summarise as summarise_network
-from pipeline.plan import Plan, compute_plan
-from pipeline.report import (
+from pipeline.execute.device import (
+    check_request,
+    decide,
+    detect_gpu,
+    load_profile,
+    probe_worker,
+    submit_options,
+    task_work,
+)
+from pipeline.execute.task import TaskContext, peak_rss_mb, run_partition, warm_up
+from pipeline.execute.workers import WORKER_MALLOC, start_worker_server, worker_start_method
+from pipeline.inputs.catalog import build_catalog
+from pipeline.inputs.netstats import summarise as summarise_network
+from pipeline.planning.plan import Plan, compute_plan
+from pipeline.report.summary import (
     StageClock,
     compute_diagnostics,
     compute_stages,
@@ -38,9 +48,7 @@ from pipeline.report import (
     write_report,
 )
 from pipeline.storage import worker_environment, write_object
-from pipeline.task import TaskContext, peak_rss_mb, run_partition, warm_up
-from pipeline.workers import WORKER_MALLOC, start_worker_server, worker_start_method
-from pipeline.write import (
+from pipeline.store.write import (
     create_store,
     finalize_store,
     journal_done,
@@ -139,7 +147,7 @@ diagnostic measures them in each run; README, Diagnostics)."""
 
 def _plan_chunk_advice(plan: Plan) -> list[str]:
     """Sizing advice from the plan alone: chunk size, and reads at full resolution for a coarser grid."""
-    from pipeline.report import READ_AMPLIFICATION, chunk_size_advice
+    from pipeline.report.summary import READ_AMPLIFICATION, chunk_size_advice
 
     advice = []
     ch, cw = plan.grid.chunks_yx
@@ -241,7 +249,7 @@ def _decide_devices(client: Any, config: Config, todo: list[Any], ctx: TaskConte
     with_gpu = [addr for addr, g in gpus.items() if g["available"]]
     profile = None
     if with_gpu and requested != "cpu":
-        from pipeline.device import DeviceProfile, calibrate_gpu
+        from pipeline.execute.device import DeviceProfile, calibrate_gpu
 
         profile = load_profile(dict(config.execution.gpu_profile or {}) or None)
         if profile is None:
@@ -249,7 +257,7 @@ def _decide_devices(client: Any, config: Config, todo: list[Any], ctx: TaskConte
             profile = DeviceProfile(**{k: v for k, v in measured.items() if k in DeviceProfile.__dataclass_fields__})
     parity = None
     if with_gpu and requested == "auto":
-        from pipeline.device import verify_gpu
+        from pipeline.execute.device import verify_gpu
 
         parity = client.run(verify_gpu, workers=[with_gpu[0]])[with_gpu[0]]
     reason_none = next(iter({g["reason"] for g in gpus.values()}), "no workers")

@@ -21,10 +21,10 @@ TARGET_S = 180.0
 
 def run_demo(project_root: str, workers: int | None = None, echo: Callable[[str], Any] = print) -> int:
     from pipeline.config import load_config
-    from pipeline.execute import plan_run, run, summarise_plan
-    from pipeline.fixtures import write_fixtures, write_virtual_index
-    from pipeline.report import StageClock, format_report
-    from pipeline.sizing import estimate_for_plan, format_estimate, project_bytes
+    from pipeline.execute.runner import plan_run, run, summarise_plan
+    from pipeline.report.sizing import estimate_for_plan, format_estimate, project_bytes
+    from pipeline.report.summary import StageClock, format_report
+    from pipeline.tools.fixtures import write_fixtures, write_virtual_index
 
     fixture = os.path.join(project_root, "data_fixtures", "casestudy")
     if len(glob.glob(os.path.join(fixture, "*", "*.tif"))) < 192:

@@ -1,4 +1,4 @@
-"""Reading a config: ``load_config(path, overrides)``; the model itself is :mod:`pipeline.config_model`.
+"""Reading a config: ``load_config(path, overrides)``; the model itself is :mod:`pipeline.config.model`.
 
 Every problem is a :class:`~pipeline.errors.ConfigError` naming the key
 (dotted, as a user would write it in ``--set``) and what to do about it.
@@ -20,23 +20,12 @@ import yaml
 from pipeline.errors import ConfigError
 
 if TYPE_CHECKING:
-    from pipeline.config_model import Config
+    from pipeline.config.model import Config
 
 # Keys whose values are paths (resolved against the config folder or the cwd).
 _PATH_KEYS = {"inputs.paths", "inputs.stac", "inputs.index", "output.path", "report.path"}
 SCHEDULERS = ("auto", "threads", "local-cluster")
 """``execution.scheduler``'s modes; any other value is the address of an existing Dask scheduler."""
-
-_MODEL_NAMES = {"Config", "StorageConfig", "InputsConfig", "GridConfig", "OutputConfig", "ExecutionConfig"}
-
-
-def __getattr__(name: str) -> Any:
-    """The model classes (:mod:`pipeline.config_model`), imported on first use: they import pydantic."""
-    if name in _MODEL_NAMES:
-        from pipeline import config_model
-
-        return getattr(config_model, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def is_url(value: str) -> bool:
@@ -138,6 +127,6 @@ def validate_crs(value: Any, key: str) -> str:
 
 def validate(raw: dict[str, Any], source: str | None = None) -> Config:
     """Turn a raw mapping into a :class:`Config` (the one model; relative paths against the working directory)."""
-    from pipeline.config_model import Config
+    from pipeline.config.model import Config
 
     return Config.model_validate(raw).with_source(source)

@@ -10,7 +10,7 @@ Rules, as odc-stac applies them:
 
 * The projection extension (``proj:code`` or ``proj:epsg``, ``proj:transform``, ``proj:shape``; on the
   asset or the item) and ``raster:bands`` ``data_type`` plan an asset without opening it. An asset
-  lacking either is opened (its header read as :func:`pipeline.catalog.read_header` does), and
+  lacking either is opened (its header read as :func:`pipeline.inputs.catalog.read_header` does), and
   ``Catalog.headers_read`` counts them.
 * ``raster:bands[0]`` gives ``nodata``, ``data_type``, ``scale`` and ``offset``; scale and offset become
   the output band's CF attributes ``scale_factor``/``add_offset`` (values are not altered).
@@ -41,10 +41,10 @@ from urllib.parse import urljoin
 
 import numpy as np
 
-from pipeline.catalog import TABLE_COLUMNS, Catalog, TileTable, _finish_table, read_header
 from pipeline.config import Config, is_url
 from pipeline.errors import ConfigError, TileReadError
-from pipeline.read import input_errors
+from pipeline.inputs.catalog import TABLE_COLUMNS, Catalog, TileTable, _finish_table, read_header
+from pipeline.inputs.read import input_errors
 
 logger = logging.getLogger(__name__)
 
