@@ -33,7 +33,7 @@ def virtual_tiles(specs: list[tuple[str, float, float, int, int, float, str, str
     tests: specs of (crs, x0, y0, width, height, res, band, date), north-up, nodata 0."""
     import numpy as np
 
-    from pipeline.inputs.catalog import TABLE_COLUMNS, TileTable
+    from pipeline.inputs.tiles import TABLE_COLUMNS, TileTable
 
     rows = [
         {

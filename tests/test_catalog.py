@@ -9,7 +9,8 @@ import pytest
 
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, TileReadError
-from pipeline.inputs.catalog import TABLE_COLUMNS, build_catalog
+from pipeline.inputs.catalog import build_catalog
+from pipeline.inputs.tiles import TABLE_COLUMNS
 from tests.helpers import write_config
 
 

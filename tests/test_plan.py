@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.inputs.catalog import TileTable
+from pipeline.inputs.tiles import TileTable
 from pipeline.planning.grid import GridSpec, compute_grid, transform_boxes, transform_points
 from pipeline.planning.plan import compute_plan
 from tests.helpers import virtual_tiles

@@ -30,9 +30,9 @@ from pipeline.inputs.stac import (
     compute_time_steps,
     items_from_files,
     resolve_href,
-    write_geoparquet,
     write_item_collection,
 )
+from pipeline.inputs.stac_parquet import write_geoparquet
 from tests.helpers import PATTERN
 
 SCALE = {"B02": (0.0001, -0.1)}
@@ -245,13 +245,8 @@ def test_dict_and_arrow_readers_agree(stac_dir: Path, tmp_path: Path) -> None:
     also with ``assets: null`` (every raster asset wanted) and one item short of a band."""
     import pyarrow.parquet as pq
 
-    from pipeline.inputs.stac import (
-        ASSET_COLUMNS,
-        _as_arrays,
-        asset_rows_from_arrow,
-        asset_rows_from_items,
-        read_geoparquet_table,
-    )
+    from pipeline.inputs.stac import ASSET_COLUMNS, _as_arrays, asset_rows_from_items
+    from pipeline.inputs.stac_parquet import asset_rows_from_arrow, read_geoparquet_table
 
     items = json.loads((stac_dir / "items.json").read_text())["features"]
     del items[3]["assets"]["B11"]

@@ -33,9 +33,7 @@ import os
 import re
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -43,129 +41,18 @@ import numpy as np
 
 from pipeline.config import Config, is_url
 from pipeline.errors import ConfigError, TileReadError
+from pipeline.inputs.index import _load_index, write_index
 from pipeline.inputs.read import input_errors
+from pipeline.inputs.tiles import (
+    INDEX_COLUMNS,
+    TABLE_COLUMNS,
+    Catalog,
+    TileTable,
+    _column,
+    factorize,
+)
 
 logger = logging.getLogger(__name__)
-
-HEADER_COLUMNS = [
-    "crs", "a", "b", "c", "d", "e", "f", "width", "height",
-    "xmin", "ymin", "xmax", "ymax", "dtype", "file_nodata", "block_x", "block_y", "overviews",
-]  # fmt: skip
-INDEX_COLUMNS = ["path", *HEADER_COLUMNS, "tag_date", "size", "mtime", "etag"]
-TABLE_COLUMNS = ["path", "band", "tile", "date", *HEADER_COLUMNS, "size", "mtime", "nodata"]
-_FLOAT_COLUMNS = {"a", "b", "c", "d", "e", "f", "xmin", "ymin", "xmax", "ymax", "file_nodata", "nodata"}
-_INT_COLUMNS = {"width", "height", "block_x", "block_y", "size", "mtime"}
-
-
-def _column(name: str, values: Iterable[Any]) -> np.ndarray:
-    """One column as its NumPy type: float64, int64, datetime64[ns] (``date``), else objects (strings,
-    None, and the ``overviews`` lists, one per cell)."""
-    values = list(values)
-    if name in _FLOAT_COLUMNS:
-        return np.array([np.nan if v is None else v for v in values], dtype="f8")
-    if name in _INT_COLUMNS:
-        return np.array(values, dtype=np.int64)
-    if name == "date":
-        return np.array(values, dtype="datetime64[ns]")
-    out = np.empty(len(values), dtype=object)  # filled, not np.array(...): equal-length lists stay cells
-    out[:] = [[int(f) for f in v] for v in values] if name == "overviews" else values
-    return out
-
-
-def factorize(values: Sequence[Any] | np.ndarray) -> tuple[list[Any], np.ndarray]:
-    """The distinct values in sorted order, and each value's position among them. By hashing: sorting
-    192,000 path-like strings took NumPy ~0.3 s a column."""
-    items = values.tolist() if isinstance(values, np.ndarray) and values.dtype == object else list(values)
-    first: dict[Any, int] = dict.fromkeys(items, 0)  # distinct values in order of appearance, at C speed
-    for k, v in enumerate(first):
-        first[v] = k
-    seen = np.fromiter(map(first.__getitem__, items), np.int64, len(items))
-    distinct = list(first)
-    order = sorted(range(len(distinct)), key=distinct.__getitem__)
-    rank = np.empty(len(distinct), dtype=np.int64)
-    rank[order] = np.arange(len(distinct))
-    return [distinct[k] for k in order], rank[seen]
-
-
-class TileTable:
-    """Named NumPy columns of equal length, with the few table operations the catalog and the planner
-    use. Not pandas: importing it was ~0.3 s of the driver's ~2 s start; :meth:`to_pandas` gives one."""
-
-    def __init__(self, columns: dict[str, np.ndarray]) -> None:
-        if len({len(v) for v in columns.values()}) > 1:
-            raise ValueError(f"columns of different lengths: { {k: len(v) for k, v in columns.items()} }")
-        self._columns = dict(columns)
-        self._codes: dict[str, tuple[list[Any], np.ndarray]] = {}
-
-    @classmethod
-    def from_records(cls, rows: list[dict[str, Any]], columns: list[str]) -> TileTable:
-        """A table of ``columns`` from row dicts (a missing key is None)."""
-        return cls({c: _column(c, (r.get(c) for r in rows)) for c in columns})
-
-    @classmethod
-    def concat(cls, tables: list[TileTable]) -> TileTable:
-        """Rows of ``tables`` one after the other (the columns of the first)."""
-        names = tables[0].columns
-        return cls({c: np.concatenate([t[c] for t in tables]) for c in names})
-
-    @property
-    def columns(self) -> list[str]:
-        return list(self._columns)
-
-    def __len__(self) -> int:
-        return len(next(iter(self._columns.values()))) if self._columns else 0
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._columns
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self._columns[name]
-
-    def rows(self, which: np.ndarray) -> TileTable:
-        """The rows a boolean mask or an index array selects, in that order."""
-        return TileTable({c: v[which] for c, v in self._columns.items()})
-
-    def select(self, names: list[str]) -> TileTable:
-        return TileTable({c: self._columns[c] for c in names})
-
-    def assign(self, **columns: np.ndarray) -> TileTable:
-        return TileTable({**self._columns, **columns})
-
-    def row(self, i: int) -> dict[str, Any]:
-        return {c: v[i] for c, v in self._columns.items()}
-
-    def codes(self, name: str) -> tuple[list[Any], np.ndarray]:
-        """Column ``name`` factorised (:func:`factorize`); once per table and column (columns are not
-        modified in place)."""
-        if name not in self._codes:
-            self._codes[name] = factorize(self._columns[name])
-        return self._codes[name]
-
-    def groups(self, name: str) -> dict[Any, np.ndarray]:
-        """Row indices of each distinct value of column ``name``, values in sorted order."""
-        values, codes = self.codes(name)
-        order = np.argsort(codes.astype(np.uint16) if len(values) <= 1 << 16 else codes, kind="stable")  # radix
-        bounds = np.searchsorted(codes[order], np.arange(len(values) + 1))
-        return {v: order[bounds[k] : bounds[k + 1]] for k, v in enumerate(values)}
-
-    def to_pandas(self) -> Any:
-        import pandas as pd
-
-        return pd.DataFrame(self._columns)
-
-
-@dataclass
-class Catalog:
-    tiles: TileTable
-    """The tile table, sorted by path (the order ``fuse: first/last`` follows)."""
-    skipped: list[dict[str, str]] = field(default_factory=list)
-    """Files matched but unusable: ``{path, error}``."""
-    headers_read: int = 0
-    """How many file headers were opened this time (the rest came from the index)."""
-    band_attrs: dict[str, dict[str, float]] = field(default_factory=dict)
-    """Extra attributes per output band (STAC ``raster:bands`` scale/offset as CF ``scale_factor``/``add_offset``)."""
-    network: dict[str, Any] | None = None
-    """What the header reads cost on the network (:func:`pipeline.inputs.netstats.take`); None: all local."""
 
 
 def find_inputs(config: Config) -> list[str]:
@@ -250,16 +137,25 @@ def _read_header(source: str, path: str) -> dict[str, Any]:
             epsg = ds.crs.to_epsg()
             row = {
                 "crs": f"EPSG:{epsg}" if epsg else ds.crs.to_wkt(),
-                "a": t.a, "b": t.b, "c": t.c, "d": t.d, "e": t.e, "f": t.f,
-                "width": ds.width, "height": ds.height,
-                "xmin": ds.bounds.left, "ymin": ds.bounds.bottom,
-                "xmax": ds.bounds.right, "ymax": ds.bounds.top,
+                "a": t.a,
+                "b": t.b,
+                "c": t.c,
+                "d": t.d,
+                "e": t.e,
+                "f": t.f,
+                "width": ds.width,
+                "height": ds.height,
+                "xmin": ds.bounds.left,
+                "ymin": ds.bounds.bottom,
+                "xmax": ds.bounds.right,
+                "ymax": ds.bounds.top,
                 "dtype": ds.dtypes[0],
                 "file_nodata": np.nan if ds.nodata is None else float(ds.nodata),
-                "block_x": ds.block_shapes[0][1], "block_y": ds.block_shapes[0][0],
+                "block_x": ds.block_shapes[0][1],
+                "block_y": ds.block_shapes[0][0],
                 "overviews": list(ds.overviews(1)),
                 "tag_date": ds.tags().get("DATE") or ds.tags().get("TIFFTAG_DATETIME"),
-            }  # fmt: skip
+            }
     except RasterioIOError as e:
         raise TileReadError(path, f"cannot be opened as a raster: {e}") from e
     return row
@@ -393,8 +289,10 @@ def _catalog_from(headers: TileTable, config: Config, skipped: list[dict[str, st
         headers = headers.rows(keep)
         band, tile, date_text = [band[i] for i in keep], [tile[i] for i in keep], [date_text[i] for i in keep]
     if "tag_date" in headers:  # the file's DATE tag where the path has no date
-        date_text = [d if d is not None else t if isinstance(t, str) else None
-                     for d, t in zip(date_text, headers["tag_date"], strict=True)]  # fmt: skip
+        date_text = [
+            d if d is not None else t if isinstance(t, str) else None
+            for d, t in zip(date_text, headers["tag_date"], strict=True)
+        ]
     texts, inverse = factorize([d or "" for d in date_text])
     parsed = []
     for k, text in enumerate(texts):
@@ -413,7 +311,7 @@ def _catalog_from(headers: TileTable, config: Config, skipped: list[dict[str, st
         tile=_column("tile", tile),
         date=np.array(parsed, dtype="datetime64[ns]")[inverse],
     )
-    tiles = _finish_table(tiles, config, skipped)
+    tiles = finish_table(tiles, config, skipped)
     if config.execution.on_error == "fail" and skipped:
         first = skipped[0]
         raise TileReadError(first["path"], first["error"])
@@ -422,7 +320,7 @@ def _catalog_from(headers: TileTable, config: Config, skipped: list[dict[str, st
     return Catalog(tiles=tiles, skipped=skipped, headers_read=headers_read)
 
 
-def _finish_table(tiles: TileTable, config: Config, skipped: list[dict[str, str]]) -> TileTable:
+def finish_table(tiles: TileTable, config: Config, skipped: list[dict[str, str]]) -> TileTable:
     if config.inputs.bands is not None:
         found = set(tiles["band"])
         missing = [b for b in config.inputs.bands if b not in found]
@@ -439,10 +337,12 @@ def _finish_table(tiles: TileTable, config: Config, skipped: list[dict[str, str]
             major = counts.most_common(1)[0][0]
             for i in rows[dtypes[rows] != major]:
                 keep[i] = False
-                skipped.append({
-                    "path": tiles["path"][i],
-                    "error": f"dtype {dtypes[i]} differs from band's other files ({major})",
-                })  # fmt: skip
+                skipped.append(
+                    {
+                        "path": tiles["path"][i],
+                        "error": f"dtype {dtypes[i]} differs from band's other files ({major})",
+                    }
+                )
     if not keep.all():
         tiles = tiles.rows(keep)
     if not len(tiles):
@@ -456,81 +356,3 @@ def _finish_table(tiles: TileTable, config: Config, skipped: list[dict[str, str]
         order = sorted(range(len(paths)), key=paths.tolist().__getitem__)
         tiles = tiles.rows(np.array(order, dtype=np.int64))
     return tiles
-
-
-def _load_index(path: str, storage: Any = None) -> TileTable | None:
-    import pyarrow.parquet as pq
-
-    source: Any = path
-    if is_url(path):  # an index in a bucket: one GET
-        import pyarrow as pa
-
-        from pipeline.storage import read_object
-
-        data = read_object(path, storage)
-        if data is None:
-            return None
-        source = pa.BufferReader(data)
-    elif not os.path.exists(path):
-        return None
-    try:
-        table = pq.ParquetFile(source).read()  # not read_table: it imports pyarrow.dataset, which imports pandas
-    except Exception as e:  # noqa: BLE001
-        logger.warning("tile index %s is unreadable (%s); rebuilding it", path, e)
-        return None
-    if set(INDEX_COLUMNS) - set(table.column_names):
-        logger.warning("tile index %s has another layout; rebuilding it", path)
-        return None
-    columns = {name: _numpy_column(table.column(name)) for name in INDEX_COLUMNS}
-    for name in _FLOAT_COLUMNS & set(INDEX_COLUMNS):
-        columns[name] = columns[name].astype("f8")
-    for name in _INT_COLUMNS & set(INDEX_COLUMNS):
-        columns[name] = columns[name].astype(np.int64)
-    return TileTable(columns)
-
-
-def _numpy_column(column: Any) -> np.ndarray:
-    """An Arrow column as NumPy, not through Arrow's ``to_numpy``, which imports pandas where it is
-    installed (~0.3 s of the driver's start): numbers from their buffers, anything else as objects."""
-    import pyarrow as pa
-
-    arr = column.combine_chunks()
-    kind = "f" if pa.types.is_floating(arr.type) else "i" if pa.types.is_signed_integer(arr.type) else None
-    if kind is None:  # strings (None where null), overviews lists
-        out = np.empty(len(arr), dtype=object)
-        out[:] = arr.to_pylist()
-        return out
-    dtype = np.dtype(f"<{kind}{arr.type.bit_width // 8}")
-    values = np.frombuffer(arr.buffers()[1], dtype=dtype, count=arr.offset + len(arr))[arr.offset :]
-    if arr.null_count:
-        bits = np.unpackbits(np.frombuffer(arr.buffers()[0], dtype=np.uint8), bitorder="little")
-        valid = bits[arr.offset : arr.offset + len(arr)].astype(bool)
-        values = np.where(valid, values.astype("f8"), np.nan)
-    return values
-
-
-def write_index(path: str, table: TileTable, storage: Any = None) -> None:
-    """The tile index as Parquet, sorted by path, replaced whole (a reader never sees half a file): a
-    local file, or an object (``s3://``; one PUT, which S3 makes visible whole)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    table = table.rows(np.argsort(table["path"], kind="stable"))
-    types = {"overviews": pa.list_(pa.int64()), "tag_date": pa.string(), "etag": pa.string()}
-    arrow = pa.table({c: pa.array(list(table[c]) if table[c].dtype == object else table[c], type=types.get(c))
-                      for c in INDEX_COLUMNS})  # fmt: skip
-    if is_url(path):
-        import io
-
-        from pipeline.storage import write_object
-
-        buffer = io.BytesIO()
-        pq.write_table(arrow, buffer)
-        write_object(path, buffer.getvalue(), storage)
-        logger.info("tile index %s: %d files", path, len(table))
-        return
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    pq.write_table(arrow, tmp)
-    os.replace(tmp, path)
-    logger.info("tile index %s: %d files", path, len(table))

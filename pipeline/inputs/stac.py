@@ -43,8 +43,9 @@ import numpy as np
 
 from pipeline.config import Config, is_url
 from pipeline.errors import ConfigError, TileReadError
-from pipeline.inputs.catalog import TABLE_COLUMNS, Catalog, TileTable, _finish_table, read_header
+from pipeline.inputs.catalog import finish_table, read_header
 from pipeline.inputs.read import input_errors
+from pipeline.inputs.tiles import TABLE_COLUMNS, Catalog, TileTable
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +53,22 @@ GROUPBY = ("solar_day", "time", "none")
 _RASTER_TYPES = ("image/tiff", "image/vnd.stac.geotiff", "image/jp2", "application/x-hdf")
 _NOT_DATA_ROLES = {"thumbnail", "overview", "metadata"}
 _AFFINE = ("a", "b", "c", "d", "e", "f")
-ASSET_COLUMNS = ["href", "band", "item", "time", "lon", "crs", *_AFFINE, "width", "height",
-                 "dtype", "nodata", "scale", "offset", "size"]  # fmt: skip
+ASSET_COLUMNS = [
+    "href",
+    "band",
+    "item",
+    "time",
+    "lon",
+    "crs",
+    *_AFFINE,
+    "width",
+    "height",
+    "dtype",
+    "nodata",
+    "scale",
+    "offset",
+    "size",
+]
 """The asset table both readers (dicts and Arrow) produce: one row per (item, band); unknown numbers
 NaN (``width``/``height``: -1), unknown strings None."""
 
@@ -149,8 +164,12 @@ def asset_rows_from_items(
             continue
         missing = sorted(k for k in assets.values() if not (found.get(k) or {}).get("href"))
         if missing:
-            skipped.append({"path": item_id, "error": f"STAC item has no asset {', '.join(map(repr, missing))} "
-                            f"({why}); it has {sorted(found)}"})  # fmt: skip
+            skipped.append(
+                {
+                    "path": item_id,
+                    "error": f"STAC item has no asset {', '.join(map(repr, missing))} ({why}); it has {sorted(found)}",
+                }
+            )
             continue
         bbox = item.get("bbox") or [np.nan] * 4
         lon = (bbox[0] + bbox[2]) / 2
@@ -183,7 +202,6 @@ def asset_rows_from_items(
 
 def read_item_dicts(source: str) -> tuple[list[dict[str, Any]], str]:
     """Items of an ItemCollection or a static catalog (pystac), their hrefs made absolute; the base."""
-    import json
 
     import pystac
 
@@ -218,297 +236,6 @@ def search_item_dicts(search: dict[str, Any]) -> list[dict[str, Any]]:
         raise ConfigError("inputs.stac_search", f"the search at {search['url']} failed: {type(e).__name__}: {e}") from e
 
 
-_ITEM_FIELDS = ("proj:code", "proj:epsg", "proj:transform", "proj:shape", "raster:bands")
-_ASSET_FIELDS = ("href", "type", "roles", *_ITEM_FIELDS, "file:size")
-
-
-def read_geoparquet_table(source: str, storage: Any = None, assets: dict[str, str] | None = None) -> Any:
-    """The columns of a stac-geoparquet file that planning uses (of the wanted assets only), as an Arrow
-    table; local, or ``s3://`` through pyarrow's S3 client."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    def read(f: Any) -> Any:
-        pf = pq.ParquetFile(f)
-        schema = pf.schema_arrow
-        if "assets" not in schema.names:
-            raise ConfigError("inputs.stac", f"{source} has no 'assets' column: not stac-geoparquet")
-        columns = [c for c in ("id", "datetime", "start_datetime", "bbox", *_ITEM_FIELDS) if c in schema.names]
-        struct = schema.field("assets").type
-        keys = {struct.field(i).name: struct.field(i).type for i in range(struct.num_fields)}
-        wanted = sorted(keys) if assets is None else sorted(set(assets.values()) & set(keys))
-        if any("." in k for k in wanted):  # a dotted key cannot be named as a nested column
-            return pf.read(columns=[*columns, "assets"])
-        fields = {key: {keys[key].field(i).name for i in range(keys[key].num_fields)} for key in wanted}
-        names: tuple[str, ...] = _ASSET_FIELDS
-        raster = None
-        if assets is None and wanted:  # which assets are rasters, from the rows asset_rows_from_arrow looks at
-            head = [f"assets.{key}.{name}" for key in wanted for name in _ASSET_FIELDS if name in fields[key]]
-            batches, rows = [], 0
-            for batch in pf.iter_batches(batch_size=_RASTER_SAMPLE, columns=head):
-                batches.append(batch.column("assets"))
-                rows += len(batch)
-                if rows >= _RASTER_SAMPLE:
-                    break
-            wanted = raster = _raster_keys(pa.chunked_array(batches), _RASTER_SAMPLE) if batches else []
-            names = tuple(n for n in _ASSET_FIELDS if n not in ("type", "roles"))  # only that choice reads them
-        for key in wanted:
-            columns += [f"assets.{key}.{name}" for name in names if name in fields[key]]
-        table = pf.read(columns=columns)
-        if raster is not None:
-            table = table.replace_schema_metadata({**(table.schema.metadata or {}), _RASTER_KEY: json.dumps(raster)})
-        return table
-
-    try:
-        if source.startswith("s3://"):
-            from pyarrow import fs
-
-            s3 = fs.S3FileSystem(
-                endpoint_override=getattr(storage, "endpoint_url", None),
-                region=getattr(storage, "region", None) or "us-east-1",
-                anonymous=bool(getattr(storage, "anonymous", False)),
-            )
-            with s3.open_input_file(source[len("s3://") :]) as f:
-                return read(f)
-        return read(source)
-    except ConfigError:
-        raise
-    except (OSError, ValueError) as e:
-        raise ConfigError("inputs.stac", f"cannot read stac-geoparquet {source}: {e}") from e
-
-
-def _f8(arr: Any) -> np.ndarray:
-    """An Arrow array as float64 NumPy, NaN where null; from the buffers, not through ``fill_null`` or
-    ``to_numpy``, which import pandas (~1 s)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    arr = pc.cast(arr, pa.float64())
-    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
-    return _values(arr, "f8", np.nan)
-
-
-def _values(arr: Any, dtype: str, null: Any) -> np.ndarray:
-    """A primitive Arrow array's values as NumPy ``dtype`` (a copy), ``null`` where null."""
-    out = np.frombuffer(arr.buffers()[1], dtype=dtype, count=arr.offset + len(arr))[arr.offset :].copy()
-    if arr.null_count:
-        bits = np.unpackbits(np.frombuffer(arr.buffers()[0], dtype=np.uint8), bitorder="little")
-        out[~bits[arr.offset : arr.offset + len(arr)].astype(bool)] = null
-    return out
-
-
-def _mask(values: np.ndarray) -> Any:
-    """A boolean NumPy array as an Arrow one, from its packed bits: ``pa.array`` of a NumPy array imports
-    pandas where it is installed (~0.4 s)."""
-    import pyarrow as pa
-
-    bits = np.packbits(np.asarray(values, dtype=bool), bitorder="little")
-    return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
-
-
-def _strings(arr: Any) -> np.ndarray:
-    """An Arrow string array as NumPy objects (None where null), through its dictionary of distinct values."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    enc = pc.dictionary_encode(arr)
-    enc = enc.combine_chunks() if isinstance(enc, pa.ChunkedArray) else enc
-    values = np.empty(len(enc.dictionary) + 1, dtype=object)
-    values[:-1] = enc.dictionary.to_pylist()
-    return values[np.nan_to_num(_f8(enc.indices), nan=-1).astype(np.int64)]
-
-
-def _list_starts(arr: Any, width: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """For a list array: rows with at least ``width`` elements, and where each of those rows starts in
-    ``arr.values``; None for other list layouts (fixed-size lists)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
-        return None
-    ok = np.nan_to_num(_f8(pc.list_value_length(arr)), nan=0) >= width
-    offsets = arr.offsets  # this array's len + 1 offsets into the unsliced ``values``
-    return ok, _values(offsets, f"i{offsets.type.bit_width // 8}", 0)[:-1][ok]
-
-
-def _list_matrix(arr: Any, width: int) -> np.ndarray:
-    """The first ``width`` values of each list as an (n, width) float matrix; NaN rows where shorter or null."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
-    out = np.full((len(arr), width), np.nan)
-    starts = _list_starts(arr, width)
-    if starts is not None:  # straight from the offsets and the values: no per-list slicing
-        ok, first = starts
-        if ok.any():
-            out[ok] = _f8(arr.values)[first[:, None] + np.arange(width)]
-        return out
-    ok = np.nan_to_num(_f8(pc.list_value_length(arr)), nan=0) >= width
-    if ok.any():
-        flat = pc.list_flatten(pc.list_slice(pc.filter(arr, _mask(ok)), 0, width))
-        out[ok] = _f8(flat).reshape(-1, width)
-    return out
-
-
-def _first_struct(arr: Any) -> tuple[np.ndarray, Any, np.ndarray]:
-    """Rows whose list has an element, and those first elements (``raster:bands[0]``): a struct array
-    and where in it each of those rows' first element is."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
-    starts = _list_starts(arr, 1)
-    if starts is not None:  # the values array itself, indexed: no slicing or taking of structs
-        return starts[0], arr.values, starts[1]
-    ok = np.nan_to_num(_f8(pc.list_value_length(arr)), nan=0) >= 1
-    return ok, pc.list_flatten(pc.list_slice(pc.filter(arr, _mask(ok)), 0, 1)), np.arange(int(ok.sum()))
-
-
-_RASTER_SAMPLE = 1000
-"""With ``inputs.assets`` null, an asset key is a raster's if its first asset in this many items is one."""
-_RASTER_KEY = b"pipeline:raster_assets"
-
-
-def _raster_keys(structs: Any, rows: int) -> list[str]:
-    """The keys of an ``assets`` struct column whose first asset in its first ``rows`` rows is a raster
-    (:func:`is_raster_asset`), sorted."""
-    import pyarrow.compute as pc
-
-    out = []
-    for key in sorted(structs.type.field(i).name for i in range(structs.type.num_fields)):
-        sub = pc.struct_field(structs, [key])
-        first = next((v for v in sub.slice(0, rows).to_pylist() if v is not None), None)
-        if first is not None and is_raster_asset({k: v for k, v in first.items() if v is not None}):
-            out.append(key)
-    return out
-
-
-def asset_rows_from_arrow(
-    table: Any, assets: dict[str, str] | None, base: str, skipped: list[dict[str, str]]
-) -> dict[str, np.ndarray]:
-    """The asset table from a stac-geoparquet table, column by column: no per-item Python objects but
-    the ids and hrefs. Item-level ``proj:*``/``raster:bands`` columns fill what an asset lacks."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    n = table.num_rows
-    cols = set(table.column_names)
-    if "assets" not in cols:
-        raise ConfigError("inputs.stac", f"{base} has no 'assets' column: not stac-geoparquet")
-    ids = _strings(table.column("id").combine_chunks())
-    time_col = table.column("datetime") if "datetime" in cols else None
-    if time_col is None or (time_col.null_count and "start_datetime" in cols):
-        start = table.column("start_datetime")
-        time_col = start if time_col is None else pc.coalesce(time_col, pc.cast(start, time_col.type))
-    if time_col is None:
-        raise ConfigError("inputs.stac", f"{base} has neither a datetime nor a start_datetime column")
-    ns = pc.cast(pc.cast(time_col, pa.timestamp("ns", tz=getattr(time_col.type, "tz", None))), pa.int64())
-    ns = ns.combine_chunks() if isinstance(ns, pa.ChunkedArray) else ns
-    times = _values(ns, "i8", np.iinfo(np.int64).min).view("datetime64[ns]")
-    lon = np.full(n, np.nan)
-    if "bbox" in cols:
-        bbox = table.column("bbox").combine_chunks()
-        if pa.types.is_struct(bbox.type):
-            lon = (_f8(pc.struct_field(bbox, ["xmin"])) + _f8(pc.struct_field(bbox, ["xmax"]))) / 2
-        else:
-            box = _list_matrix(bbox, 4)
-            lon = (box[:, 0] + box[:, 2]) / 2
-    structs = table.column("assets")  # not combined: each field used is, when it is used
-    keys = [structs.type.field(i).name for i in range(structs.type.num_fields)]
-    if assets is None:
-        chosen = (table.schema.metadata or {}).get(_RASTER_KEY)  # read_geoparquet_table chose them
-        wanted = {k: k for k in (json.loads(chosen) if chosen else _raster_keys(structs, _RASTER_SAMPLE))}
-    else:
-        wanted = dict(assets)
-    bad = np.isnat(times)
-    why = np.full(n, "", dtype=object)
-    why[bad] = "STAC item has no datetime or start_datetime"
-    subs = {}
-    for band, key in wanted.items():
-        sub = pc.struct_field(structs, [key]) if key in keys else pa.nulls(n, pa.struct([("href", pa.string())]))
-        subs[band] = sub
-        missing = _f8(pc.is_null(pc.struct_field(sub, ["href"]) if "href" in [f.name for f in sub.type] else sub))
-        missing = missing.astype(bool) & ~bad
-        why[missing] = [f"{w}; " if w else "" for w in why[missing]]
-        why[missing] += f"STAC item has no asset {key!r} " + (
-            "(wanted by inputs.assets)" if assets else "(inputs.assets is null: every raster asset is wanted)"
-        )
-        bad |= missing
-    for k in np.flatnonzero(bad):
-        skipped.append({"path": str(ids[k]), "error": str(why[k])})
-    good = np.flatnonzero(~bad)
-
-    def item_level(name: str) -> Any:
-        return table.column(name).combine_chunks() if name in cols else None
-
-    parts = []
-    for band, sub in subs.items():
-        fields = {sub.type.field(i).name for i in range(sub.type.num_fields)}
-
-        def get(name: str, fields: set[str] = fields, sub: Any = sub) -> Any:
-            return pc.struct_field(sub, [name]) if name in fields else None
-
-        crs = np.full(n, None, dtype=object)
-        for src in (item_level("proj:epsg"), get("proj:epsg"), item_level("proj:code"), get("proj:code")):
-            if src is None:
-                continue
-            if pa.types.is_integer(src.type):
-                codes = _f8(src)
-                has = ~np.isnan(codes)
-                crs[has] = [f"EPSG:{int(c)}" for c in codes[has]]
-            else:
-                vals = _strings(src)
-                has = vals != None  # noqa: E711 - element-wise
-                crs[has] = vals[has]
-        affine = np.full((n, 6), np.nan)
-        shape = np.full((n, 2), np.nan)
-        for src in (item_level("proj:transform"), get("proj:transform")):
-            if src is not None:
-                m = _list_matrix(src, 6)
-                has = np.isfinite(m).all(axis=1)
-                affine[has] = m[has]
-        for src in (item_level("proj:shape"), get("proj:shape")):
-            if src is not None:
-                m = _list_matrix(src, 2)
-                has = np.isfinite(m).all(axis=1)
-                shape[has] = m[has]
-        rb = {"data_type": np.full(n, None, dtype=object), "nodata": np.full(n, np.nan),
-              "scale": np.full(n, np.nan), "offset": np.full(n, np.nan)}  # fmt: skip
-        for src in (item_level("raster:bands"), get("raster:bands")):
-            if src is None:
-                continue
-            ok, first, at = _first_struct(src)
-            names = {first.type.field(i).name for i in range(first.type.num_fields)}
-            for name in names & set(rb):
-                v = pc.struct_field(first, [name])
-                vals = (_strings(v) if name == "data_type" else _f8(v))[at]
-                has = vals != None if name == "data_type" else ~np.isnan(vals)  # noqa: E711
-                idx = np.flatnonzero(ok)[has]
-                rb[name][idx] = vals[has]
-        size = np.nan_to_num(_f8(get("file:size")), nan=0) if get("file:size") is not None else np.zeros(n)
-        href_col = pc.struct_field(sub, ["href"]) if "href" in fields else pa.nulls(n, pa.string())
-        urls = pc.and_(pc.match_substring(href_col, "://"), pc.invert(pc.starts_with(href_col, "file://")))
-        all_urls = pc.all(pc.filter(urls, _mask(~bad))).as_py() is not False
-        hrefs = np.empty(len(good), dtype=object)
-        hrefs[:] = pc.filter(href_col, _mask(~bad)).to_pylist()
-        if not all_urls:  # relative or local paths: resolved one by one
-            hrefs[:] = [resolve_href(str(h), base) for h in hrefs]
-        part = {
-            "href": hrefs, "band": np.full(len(good), band, dtype=object), "item": ids[good],
-            "time": times[good], "lon": lon[good], "crs": crs[good],
-            **{c: affine[good, j] for j, c in enumerate(_AFFINE)},
-            "height": np.nan_to_num(shape[good, 0], nan=-1).astype(np.int64),
-            "width": np.nan_to_num(shape[good, 1], nan=-1).astype(np.int64),
-            "dtype": rb["data_type"][good], "nodata": rb["nodata"][good], "scale": rb["scale"][good],
-            "offset": rb["offset"][good], "size": size[good].astype(np.int64),
-        }  # fmt: skip
-        parts.append(part)
-    if not parts:
-        return {c: np.empty(0) for c in ASSET_COLUMNS}
-    return {c: np.concatenate([p[c] for p in parts]) for c in ASSET_COLUMNS}
-
-
 # --- the catalog ---------------------------------------------------------------------------------------
 
 
@@ -537,6 +264,8 @@ def load_asset_rows(config: Config) -> tuple[dict[str, np.ndarray], list[dict[st
     if i.stac_search:
         rows: dict[str, Any] = asset_rows_from_items(search_item_dicts(dict(i.stac_search)), i.assets, None, skipped)
     elif i.stac and re.search(r"\.(geo)?parquet$", i.stac, re.I):
+        from pipeline.inputs.stac_parquet import asset_rows_from_arrow, read_geoparquet_table
+
         table = read_geoparquet_table(i.stac, config.storage, i.assets)
         rows = asset_rows_from_arrow(table, i.assets, i.stac, skipped)
     elif i.stac:
@@ -579,8 +308,7 @@ def compute_band_attrs(rows: dict[str, np.ndarray]) -> dict[str, dict[str, float
             if len(known):
                 attrs[name] = float(known[0])
                 if len(np.unique(known)) > 1 or len(known) < len(values):
-                    logger.warning("band %s: raster:bands %s differs between assets; recording %s", band, col,
-                                   known[0])  # fmt: skip
+                    logger.warning("band %s: raster:bands %s differs between assets; recording %s", band, col, known[0])
         if attrs:
             out[band] = attrs
     return out
@@ -591,13 +319,18 @@ def build_stac_catalog(config: Config, max_threads: int = 8) -> Catalog:
     rows, skipped = load_asset_rows(config)
     n = len(rows["href"])
     if not n:
-        raise ConfigError("inputs.stac_search" if config.inputs.stac_search else "inputs.stac",
-                          f"no usable STAC item found ({len(skipped)} skipped)")  # fmt: skip
+        raise ConfigError(
+            "inputs.stac_search" if config.inputs.stac_search else "inputs.stac",
+            f"no usable STAC item found ({len(skipped)} skipped)",
+        )
     affine = np.column_stack([rows[c] for c in _AFFINE])
     planned = (
-        (rows["crs"] != None) & (rows["dtype"] != None)  # noqa: E711 - element-wise
-        & (rows["width"] > 0) & (rows["height"] > 0) & np.isfinite(affine).all(axis=1)
-    )  # fmt: skip
+        (rows["crs"] != None)  # noqa: E711 - element-wise
+        & (rows["dtype"] != None)  # noqa: E711 - element-wise
+        & (rows["width"] > 0)
+        & (rows["height"] > 0)
+        & np.isfinite(affine).all(axis=1)
+    )
     overviews = np.empty(n, dtype=object)
     overviews.fill([])  # one shared empty list: unknown (read at full resolution); never mutated
     block = np.zeros(n, dtype=np.int64)
@@ -619,27 +352,46 @@ def build_stac_catalog(config: Config, max_threads: int = 8) -> Catalog:
     w, h = rows["width"].astype("f8"), rows["height"].astype("f8")
     xs = np.stack([c, w * a + c, h * b + c, w * a + h * b + c])  # corners as rasterio computes bounds
     ys = np.stack([f, w * d + f, h * e + f, w * d + h * e + f])
-    tiles = TileTable({
-        "path": rows["href"], "band": rows["band"], "tile": rows["item"],
-        "date": compute_time_steps(rows["time"], rows["lon"], config.inputs.groupby),
-        "crs": rows["crs"], **{k: affine[:, j].copy() for j, k in enumerate(_AFFINE)},
-        "width": rows["width"], "height": rows["height"],
-        "xmin": xs.min(axis=0), "ymin": ys.min(axis=0), "xmax": xs.max(axis=0), "ymax": ys.max(axis=0),
-        "dtype": rows["dtype"], "file_nodata": rows["nodata"], "block_x": block, "block_y": block.copy(),
-        "overviews": overviews, "size": rows["size"], "mtime": np.zeros(n, dtype=np.int64),
-        "nodata": rows["nodata"],
-    })  # fmt: skip
+    tiles = TileTable(
+        {
+            "path": rows["href"],
+            "band": rows["band"],
+            "tile": rows["item"],
+            "date": compute_time_steps(rows["time"], rows["lon"], config.inputs.groupby),
+            "crs": rows["crs"],
+            **{k: affine[:, j].copy() for j, k in enumerate(_AFFINE)},
+            "width": rows["width"],
+            "height": rows["height"],
+            "xmin": xs.min(axis=0),
+            "ymin": ys.min(axis=0),
+            "xmax": xs.max(axis=0),
+            "ymax": ys.max(axis=0),
+            "dtype": rows["dtype"],
+            "file_nodata": rows["nodata"],
+            "block_x": block,
+            "block_y": block.copy(),
+            "overviews": overviews,
+            "size": rows["size"],
+            "mtime": np.zeros(n, dtype=np.int64),
+            "nodata": rows["nodata"],
+        }
+    )
     if not keep.all():
         tiles = tiles.rows(keep)
         rows = {k: v[keep] for k, v in rows.items()}
     band_attrs = compute_band_attrs(rows)
-    tiles = _finish_table(tiles.select(TABLE_COLUMNS), config, skipped)
+    tiles = finish_table(tiles.select(TABLE_COLUMNS), config, skipped)
     if config.execution.on_error == "fail" and skipped:
         raise TileReadError(skipped[0]["path"], skipped[0]["error"])
     for s in skipped:
         logger.warning("skipping %s: %s", s["path"], s["error"])
-    logger.info("STAC: %d assets, %d planned from metadata, %d opened, %d skipped", n, int(planned.sum()),
-                len(to_open), len(skipped))  # fmt: skip
+    logger.info(
+        "STAC: %d assets, %d planned from metadata, %d opened, %d skipped",
+        n,
+        int(planned.sum()),
+        len(to_open),
+        len(skipped),
+    )
     return Catalog(tiles=tiles, skipped=skipped, headers_read=len(to_open), band_attrs=band_attrs)
 
 
@@ -688,11 +440,14 @@ def items_from_files(
                 "roles": ["data"],
             }
             if projection:
-                asset.update({
-                    "proj:code": hd["crs"], "proj:shape": [hd["height"], hd["width"]],
-                    "proj:transform": [hd[c] for c in _AFFINE],
-                    "proj:bbox": [hd["xmin"], hd["ymin"], hd["xmax"], hd["ymax"]],
-                })  # fmt: skip
+                asset.update(
+                    {
+                        "proj:code": hd["crs"],
+                        "proj:shape": [hd["height"], hd["width"]],
+                        "proj:transform": [hd[c] for c in _AFFINE],
+                        "proj:bbox": [hd["xmin"], hd["ymin"], hd["xmax"], hd["ymax"]],
+                    }
+                )
             if raster:
                 rb: dict[str, Any] = {"data_type": hd["dtype"]}
                 if not np.isnan(hd["file_nodata"]):
@@ -710,27 +465,26 @@ def items_from_files(
             exts.append("https://stac-extensions.github.io/projection/v2.0.0/schema.json")
         if raster:
             exts.append("https://stac-extensions.github.io/raster/v1.1.0/schema.json")
-        items.append({
-            "type": "Feature", "stac_version": "1.1.0", "stac_extensions": exts,
-            "id": f"{tile or 'tile'}_{when:%Y%m%d}", "collection": collection,
-            "geometry": {"type": "Polygon", "coordinates": [[[x0, y0], [x1, y0], [x1, y1], [x0, y1], [x0, y0]]]},
-            "bbox": bbox, "properties": {"datetime": stamp}, "links": [], "assets": assets,
-        })  # fmt: skip
+        items.append(
+            {
+                "type": "Feature",
+                "stac_version": "1.1.0",
+                "stac_extensions": exts,
+                "id": f"{tile or 'tile'}_{when:%Y%m%d}",
+                "collection": collection,
+                "geometry": {"type": "Polygon", "coordinates": [[[x0, y0], [x1, y0], [x1, y1], [x0, y1], [x0, y0]]]},
+                "bbox": bbox,
+                "properties": {"datetime": stamp},
+                "links": [],
+                "assets": assets,
+            }
+        )
     return items
 
 
 def write_item_collection(items: list[dict[str, Any]], path: str) -> str:
     """An ItemCollection (GeoJSON FeatureCollection) file."""
-    import json
 
     with open(path, "w") as f:
         json.dump({"type": "FeatureCollection", "features": items}, f)
-    return path
-
-
-def write_geoparquet(items: list[dict[str, Any]], path: str) -> str:
-    """A stac-geoparquet file, written by rustac (the ``dev`` extra)."""
-    import rustac
-
-    rustac.write_sync(path, items)
     return path

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 if TYPE_CHECKING:  # workers import this module for its task types only
-    from pipeline.inputs.catalog import TileTable
+    from pipeline.inputs.tiles import TileTable
 
 from pipeline.planning.grid import GridSpec, compute_grid, offset_transform
 from pipeline.planning.windows import (  # noqa: F401 - OVERVIEW_METHODS, OVERVIEW_TOLERANCE: importable from here too

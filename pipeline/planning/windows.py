@@ -20,7 +20,7 @@ from pipeline.planning.grid import GridSpec, transform_boxes, transform_points
 from pipeline.resample.methods import METHODS
 
 if TYPE_CHECKING:
-    from pipeline.inputs.catalog import TileTable
+    from pipeline.inputs.tiles import TileTable
 
 # Source pixels of padding around each window, per method (kernel support + 1 for rounding).
 KERNEL_PAD = {name: m.pad for name, m in METHODS.items()}

@@ -261,7 +261,8 @@ def write_virtual_index(
 
     import yaml
 
-    from pipeline.inputs.catalog import INDEX_COLUMNS, TileTable, write_index
+    from pipeline.inputs.index import write_index
+    from pipeline.inputs.tiles import INDEX_COLUMNS, TileTable
 
     base = PRESETS[preset]
     nx, ny = _grid_for(count, 2 * len(base.bands) * len(base.dates))

@@ -1,0 +1,326 @@
+"""stac-geoparquet, read column-wise with pyarrow and never turned into Python dicts (and written, for
+tests and benches). Its asset rows are :mod:`pipeline.inputs.stac`'s, by the same rules. Imported
+only when a ``.parquet`` STAC source is given."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import ConfigError
+from pipeline.inputs.stac import _AFFINE, ASSET_COLUMNS, is_raster_asset, resolve_href
+
+_ITEM_FIELDS = ("proj:code", "proj:epsg", "proj:transform", "proj:shape", "raster:bands")
+
+
+_ASSET_FIELDS = ("href", "type", "roles", *_ITEM_FIELDS, "file:size")
+
+
+def read_geoparquet_table(source: str, storage: Any = None, assets: dict[str, str] | None = None) -> Any:
+    """The columns of a stac-geoparquet file that planning uses (of the wanted assets only), as an Arrow
+    table; local, or ``s3://`` through pyarrow's S3 client."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def read(f: Any) -> Any:
+        pf = pq.ParquetFile(f)
+        schema = pf.schema_arrow
+        if "assets" not in schema.names:
+            raise ConfigError("inputs.stac", f"{source} has no 'assets' column: not stac-geoparquet")
+        columns = [c for c in ("id", "datetime", "start_datetime", "bbox", *_ITEM_FIELDS) if c in schema.names]
+        struct = schema.field("assets").type
+        keys = {struct.field(i).name: struct.field(i).type for i in range(struct.num_fields)}
+        wanted = sorted(keys) if assets is None else sorted(set(assets.values()) & set(keys))
+        if any("." in k for k in wanted):  # a dotted key cannot be named as a nested column
+            return pf.read(columns=[*columns, "assets"])
+        fields = {key: {keys[key].field(i).name for i in range(keys[key].num_fields)} for key in wanted}
+        names: tuple[str, ...] = _ASSET_FIELDS
+        raster = None
+        if assets is None and wanted:  # which assets are rasters, from the rows asset_rows_from_arrow looks at
+            head = [f"assets.{key}.{name}" for key in wanted for name in _ASSET_FIELDS if name in fields[key]]
+            batches, rows = [], 0
+            for batch in pf.iter_batches(batch_size=_RASTER_SAMPLE, columns=head):
+                batches.append(batch.column("assets"))
+                rows += len(batch)
+                if rows >= _RASTER_SAMPLE:
+                    break
+            wanted = raster = _raster_keys(pa.chunked_array(batches), _RASTER_SAMPLE) if batches else []
+            names = tuple(n for n in _ASSET_FIELDS if n not in ("type", "roles"))  # only that choice reads them
+        for key in wanted:
+            columns += [f"assets.{key}.{name}" for name in names if name in fields[key]]
+        table = pf.read(columns=columns)
+        if raster is not None:
+            table = table.replace_schema_metadata({**(table.schema.metadata or {}), _RASTER_KEY: json.dumps(raster)})
+        return table
+
+    try:
+        if source.startswith("s3://"):
+            from pyarrow import fs
+
+            s3 = fs.S3FileSystem(
+                endpoint_override=getattr(storage, "endpoint_url", None),
+                region=getattr(storage, "region", None) or "us-east-1",
+                anonymous=bool(getattr(storage, "anonymous", False)),
+            )
+            with s3.open_input_file(source[len("s3://") :]) as f:
+                return read(f)
+        return read(source)
+    except ConfigError:
+        raise
+    except (OSError, ValueError) as e:
+        raise ConfigError("inputs.stac", f"cannot read stac-geoparquet {source}: {e}") from e
+
+
+def _f8(arr: Any) -> np.ndarray:
+    """An Arrow array as float64 NumPy, NaN where null; from the buffers, not through ``fill_null`` or
+    ``to_numpy``, which import pandas (~1 s)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arr = pc.cast(arr, pa.float64())
+    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    return _values(arr, "f8", np.nan)
+
+
+def _values(arr: Any, dtype: str, null: Any) -> np.ndarray:
+    """A primitive Arrow array's values as NumPy ``dtype`` (a copy), ``null`` where null."""
+    out = np.frombuffer(arr.buffers()[1], dtype=dtype, count=arr.offset + len(arr))[arr.offset :].copy()
+    if arr.null_count:
+        bits = np.unpackbits(np.frombuffer(arr.buffers()[0], dtype=np.uint8), bitorder="little")
+        out[~bits[arr.offset : arr.offset + len(arr)].astype(bool)] = null
+    return out
+
+
+def _mask(values: np.ndarray) -> Any:
+    """A boolean NumPy array as an Arrow one, from its packed bits: ``pa.array`` of a NumPy array imports
+    pandas where it is installed (~0.4 s)."""
+    import pyarrow as pa
+
+    bits = np.packbits(np.asarray(values, dtype=bool), bitorder="little")
+    return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
+
+
+def _strings(arr: Any) -> np.ndarray:
+    """An Arrow string array as NumPy objects (None where null), through its dictionary of distinct values."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    enc = pc.dictionary_encode(arr)
+    enc = enc.combine_chunks() if isinstance(enc, pa.ChunkedArray) else enc
+    values = np.empty(len(enc.dictionary) + 1, dtype=object)
+    values[:-1] = enc.dictionary.to_pylist()
+    return values[np.nan_to_num(_f8(enc.indices), nan=-1).astype(np.int64)]
+
+
+def _list_starts(arr: Any, width: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """For a list array: rows with at least ``width`` elements, and where each of those rows starts in
+    ``arr.values``; None for other list layouts (fixed-size lists)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
+        return None
+    ok = np.nan_to_num(_f8(pc.list_value_length(arr)), nan=0) >= width
+    offsets = arr.offsets  # this array's len + 1 offsets into the unsliced ``values``
+    return ok, _values(offsets, f"i{offsets.type.bit_width // 8}", 0)[:-1][ok]
+
+
+def _list_matrix(arr: Any, width: int) -> np.ndarray:
+    """The first ``width`` values of each list as an (n, width) float matrix; NaN rows where shorter or null."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    out = np.full((len(arr), width), np.nan)
+    starts = _list_starts(arr, width)
+    if starts is not None:  # straight from the offsets and the values: no per-list slicing
+        ok, first = starts
+        if ok.any():
+            out[ok] = _f8(arr.values)[first[:, None] + np.arange(width)]
+        return out
+    ok = np.nan_to_num(_f8(pc.list_value_length(arr)), nan=0) >= width
+    if ok.any():
+        flat = pc.list_flatten(pc.list_slice(pc.filter(arr, _mask(ok)), 0, width))
+        out[ok] = _f8(flat).reshape(-1, width)
+    return out
+
+
+def _first_struct(arr: Any) -> tuple[np.ndarray, Any, np.ndarray]:
+    """Rows whose list has an element, and those first elements (``raster:bands[0]``): a struct array
+    and where in it each of those rows' first element is."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    starts = _list_starts(arr, 1)
+    if starts is not None:  # the values array itself, indexed: no slicing or taking of structs
+        return starts[0], arr.values, starts[1]
+    ok = np.nan_to_num(_f8(pc.list_value_length(arr)), nan=0) >= 1
+    return ok, pc.list_flatten(pc.list_slice(pc.filter(arr, _mask(ok)), 0, 1)), np.arange(int(ok.sum()))
+
+
+_RASTER_SAMPLE = 1000
+"""With ``inputs.assets`` null, an asset key is a raster's if its first asset in this many items is one."""
+
+
+_RASTER_KEY = b"pipeline:raster_assets"
+
+
+def _raster_keys(structs: Any, rows: int) -> list[str]:
+    """The keys of an ``assets`` struct column whose first asset in its first ``rows`` rows is a raster
+    (:func:`is_raster_asset`), sorted."""
+    import pyarrow.compute as pc
+
+    out = []
+    for key in sorted(structs.type.field(i).name for i in range(structs.type.num_fields)):
+        sub = pc.struct_field(structs, [key])
+        first = next((v for v in sub.slice(0, rows).to_pylist() if v is not None), None)
+        if first is not None and is_raster_asset({k: v for k, v in first.items() if v is not None}):
+            out.append(key)
+    return out
+
+
+def asset_rows_from_arrow(
+    table: Any, assets: dict[str, str] | None, base: str, skipped: list[dict[str, str]]
+) -> dict[str, np.ndarray]:
+    """The asset table from a stac-geoparquet table, column by column: no per-item Python objects but
+    the ids and hrefs. Item-level ``proj:*``/``raster:bands`` columns fill what an asset lacks."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    cols = set(table.column_names)
+    if "assets" not in cols:
+        raise ConfigError("inputs.stac", f"{base} has no 'assets' column: not stac-geoparquet")
+    ids = _strings(table.column("id").combine_chunks())
+    time_col = table.column("datetime") if "datetime" in cols else None
+    if time_col is None or (time_col.null_count and "start_datetime" in cols):
+        start = table.column("start_datetime")
+        time_col = start if time_col is None else pc.coalesce(time_col, pc.cast(start, time_col.type))
+    if time_col is None:
+        raise ConfigError("inputs.stac", f"{base} has neither a datetime nor a start_datetime column")
+    ns = pc.cast(pc.cast(time_col, pa.timestamp("ns", tz=getattr(time_col.type, "tz", None))), pa.int64())
+    ns = ns.combine_chunks() if isinstance(ns, pa.ChunkedArray) else ns
+    times = _values(ns, "i8", np.iinfo(np.int64).min).view("datetime64[ns]")
+    lon = np.full(n, np.nan)
+    if "bbox" in cols:
+        bbox = table.column("bbox").combine_chunks()
+        if pa.types.is_struct(bbox.type):
+            lon = (_f8(pc.struct_field(bbox, ["xmin"])) + _f8(pc.struct_field(bbox, ["xmax"]))) / 2
+        else:
+            box = _list_matrix(bbox, 4)
+            lon = (box[:, 0] + box[:, 2]) / 2
+    structs = table.column("assets")  # not combined: each field used is, when it is used
+    keys = [structs.type.field(i).name for i in range(structs.type.num_fields)]
+    if assets is None:
+        chosen = (table.schema.metadata or {}).get(_RASTER_KEY)  # read_geoparquet_table chose them
+        wanted = {k: k for k in (json.loads(chosen) if chosen else _raster_keys(structs, _RASTER_SAMPLE))}
+    else:
+        wanted = dict(assets)
+    bad = np.isnat(times)
+    why = np.full(n, "", dtype=object)
+    why[bad] = "STAC item has no datetime or start_datetime"
+    subs = {}
+    for band, key in wanted.items():
+        sub = pc.struct_field(structs, [key]) if key in keys else pa.nulls(n, pa.struct([("href", pa.string())]))
+        subs[band] = sub
+        missing = _f8(pc.is_null(pc.struct_field(sub, ["href"]) if "href" in [f.name for f in sub.type] else sub))
+        missing = missing.astype(bool) & ~bad
+        why[missing] = [f"{w}; " if w else "" for w in why[missing]]
+        why[missing] += f"STAC item has no asset {key!r} " + (
+            "(wanted by inputs.assets)" if assets else "(inputs.assets is null: every raster asset is wanted)"
+        )
+        bad |= missing
+    for k in np.flatnonzero(bad):
+        skipped.append({"path": str(ids[k]), "error": str(why[k])})
+    good = np.flatnonzero(~bad)
+
+    def item_level(name: str) -> Any:
+        return table.column(name).combine_chunks() if name in cols else None
+
+    parts = []
+    for band, sub in subs.items():
+        fields = {sub.type.field(i).name for i in range(sub.type.num_fields)}
+
+        def get(name: str, fields: set[str] = fields, sub: Any = sub) -> Any:
+            return pc.struct_field(sub, [name]) if name in fields else None
+
+        crs = np.full(n, None, dtype=object)
+        for src in (item_level("proj:epsg"), get("proj:epsg"), item_level("proj:code"), get("proj:code")):
+            if src is None:
+                continue
+            if pa.types.is_integer(src.type):
+                codes = _f8(src)
+                has = ~np.isnan(codes)
+                crs[has] = [f"EPSG:{int(c)}" for c in codes[has]]
+            else:
+                vals = _strings(src)
+                has = vals != None  # noqa: E711 - element-wise
+                crs[has] = vals[has]
+        affine = np.full((n, 6), np.nan)
+        shape = np.full((n, 2), np.nan)
+        for src in (item_level("proj:transform"), get("proj:transform")):
+            if src is not None:
+                m = _list_matrix(src, 6)
+                has = np.isfinite(m).all(axis=1)
+                affine[has] = m[has]
+        for src in (item_level("proj:shape"), get("proj:shape")):
+            if src is not None:
+                m = _list_matrix(src, 2)
+                has = np.isfinite(m).all(axis=1)
+                shape[has] = m[has]
+        rb = {
+            "data_type": np.full(n, None, dtype=object),
+            "nodata": np.full(n, np.nan),
+            "scale": np.full(n, np.nan),
+            "offset": np.full(n, np.nan),
+        }
+        for src in (item_level("raster:bands"), get("raster:bands")):
+            if src is None:
+                continue
+            ok, first, at = _first_struct(src)
+            names = {first.type.field(i).name for i in range(first.type.num_fields)}
+            for name in names & set(rb):
+                v = pc.struct_field(first, [name])
+                vals = (_strings(v) if name == "data_type" else _f8(v))[at]
+                has = vals != None if name == "data_type" else ~np.isnan(vals)  # noqa: E711
+                idx = np.flatnonzero(ok)[has]
+                rb[name][idx] = vals[has]
+        size = np.nan_to_num(_f8(get("file:size")), nan=0) if get("file:size") is not None else np.zeros(n)
+        href_col = pc.struct_field(sub, ["href"]) if "href" in fields else pa.nulls(n, pa.string())
+        urls = pc.and_(pc.match_substring(href_col, "://"), pc.invert(pc.starts_with(href_col, "file://")))
+        all_urls = pc.all(pc.filter(urls, _mask(~bad))).as_py() is not False
+        hrefs = np.empty(len(good), dtype=object)
+        hrefs[:] = pc.filter(href_col, _mask(~bad)).to_pylist()
+        if not all_urls:  # relative or local paths: resolved one by one
+            hrefs[:] = [resolve_href(str(h), base) for h in hrefs]
+        part = {
+            "href": hrefs,
+            "band": np.full(len(good), band, dtype=object),
+            "item": ids[good],
+            "time": times[good],
+            "lon": lon[good],
+            "crs": crs[good],
+            **{c: affine[good, j] for j, c in enumerate(_AFFINE)},
+            "height": np.nan_to_num(shape[good, 0], nan=-1).astype(np.int64),
+            "width": np.nan_to_num(shape[good, 1], nan=-1).astype(np.int64),
+            "dtype": rb["data_type"][good],
+            "nodata": rb["nodata"][good],
+            "scale": rb["scale"][good],
+            "offset": rb["offset"][good],
+            "size": size[good].astype(np.int64),
+        }
+        parts.append(part)
+    if not parts:
+        return {c: np.empty(0) for c in ASSET_COLUMNS}
+    return {c: np.concatenate([p[c] for p in parts]) for c in ASSET_COLUMNS}
+
+
+def write_geoparquet(items: list[dict[str, Any]], path: str) -> str:
+    """A stac-geoparquet file, written by rustac (the ``dev`` extra)."""
+    import rustac
+
+    rustac.write_sync(path, items)
+    return path
