@@ -16,7 +16,7 @@ from rasterio.transform import from_origin
 
 from pipeline.config import load_config
 from pipeline.execute.runner import run
-from pipeline.report.summary import compute_diagnostics
+from pipeline.report.diagnostics import compute_diagnostics
 from tests.helpers import write_config
 
 

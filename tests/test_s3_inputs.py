@@ -19,7 +19,8 @@ from pipeline.config import StorageConfig, load_config
 from pipeline.errors import ConfigError
 from pipeline.execute.runner import plan_run, run
 from pipeline.inputs.catalog import build_catalog, find_inputs
-from pipeline.report.summary import compute_diagnostics, format_report
+from pipeline.report.diagnostics import compute_diagnostics
+from pipeline.report.summary import format_report
 from pipeline.storage import list_objects
 from tests.faultproxy import FaultProxy
 from tests.helpers import PATTERN, write_config

@@ -38,15 +38,8 @@ from pipeline.execute.workers import WORKER_MALLOC, start_worker_server, worker_
 from pipeline.inputs.catalog import build_catalog
 from pipeline.inputs.netstats import summarise as summarise_network
 from pipeline.planning.plan import Plan, compute_plan
-from pipeline.report.summary import (
-    StageClock,
-    compute_diagnostics,
-    compute_stages,
-    compute_stragglers,
-    compute_task_overhead,
-    summarise_workers,
-    write_report,
-)
+from pipeline.report.diagnostics import compute_diagnostics, compute_stragglers, compute_task_overhead
+from pipeline.report.summary import StageClock, compute_stages, summarise_workers, write_report
 from pipeline.storage import worker_environment, write_object
 from pipeline.store.write import (
     create_store,
@@ -147,7 +140,7 @@ diagnostic measures them in each run; README, Diagnostics)."""
 
 def _plan_chunk_advice(plan: Plan) -> list[str]:
     """Sizing advice from the plan alone: chunk size, and reads at full resolution for a coarser grid."""
-    from pipeline.report.summary import READ_AMPLIFICATION, chunk_size_advice
+    from pipeline.report.diagnostics import READ_AMPLIFICATION, chunk_size_advice
 
     advice = []
     ch, cw = plan.grid.chunks_yx

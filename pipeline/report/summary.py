@@ -1,4 +1,5 @@
-"""Where the time went: stage timers in; JSON, a text table and diagnostics out.
+"""Where the time went: stage timers in; the JSON file and its text table out (the checks on it:
+:mod:`pipeline.report.diagnostics`).
 
 Stage accounting
 ----------------
@@ -20,8 +21,6 @@ in read/resample/write).
 from __future__ import annotations
 
 import json
-import math
-import statistics
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -85,380 +84,18 @@ def max_concurrency(tasks: list[dict[str, Any]]) -> int:
     return best
 
 
-def _check(check: str, warn: bool, detail: str, advice: str) -> dict[str, str]:
-    return {"check": check, "status": "warn" if warn else "ok", "detail": detail, "advice": advice if warn else ""}
-
-
-TASK_OVERHEAD_SHARE = 0.10
-"""Warn when the per-task overhead passes this share of the median task. Dask's dispatch costs ~2-5 ms
-per task on a busy 2-core machine: 5% flagged the small fixture's clean 60 ms tasks at random
-(3-8% from run to run), while partitions that really are too small measure over 100%."""
-
-
-MIN_TASKS = 10
-"""Checks on the spread of task times (``task_overhead``, ``long_tail``) judge runs of at least this many
-tasks: a 5-task run's median gap is one or two samples of a noisy machine (``task_overhead`` warned on
-the small fixture's clean run about one time in five)."""
-STRAGGLER_SHARE = 0.1
-"""``long_tail`` counts a straggler that took at least this share of the run's parallel phase."""
-MIN_CHUNKS = 50
-"""``chunk_size`` fits its per-chunk line over at least this many chunks."""
-CHUNK_FIXED_SHARE = 0.5
-"""``chunk_size`` warns when fixed per-chunk costs are over this share of the chunks' time. Measured on
-the small fixture (threads, 2 workers): 32x32 chunks 0.91, 64x64 0.69, 128x128 0.14, 256x256 0.0."""
-GUIDE_CHUNK_BYTES = 1 << 20
-"""Zarr's and Dask's guidance: chunks of ~1 MB or more; smaller ones may be fine where measured so."""
-MIN_SPLIT_S = 0.5
-"""``partition_size`` judges runs whose tasks took at least this many seconds in all: below, the run is
-over before more tasks could help."""
-READ_AMPLIFICATION = 4.0
-"""``overviews`` warns when the tasks read over this many bytes per byte written at full resolution: a
-grid 2x coarser than the inputs reads 4x its bytes without overviews, ~1x with them."""
-MIN_READ_BYTES = 1 << 20
-"""``overviews`` judges runs that read at least this much."""
-MEMORY_SHARE = 0.8
-"""``worker_memory`` warns when a worker's peak passes this share of its memory (its limit, or the
-machine's memory shared by the local workers)."""
-GPU_MIN_CHUNK_BYTES = 1 << 20
-"""``gpu_windows``: GPU tasks whose chunks are under this many bytes spend more on transfers and launches
-than the kernels save (:mod:`pipeline.execute.device` models it; ``device: gpu`` overrides the model)."""
-
-
-def compute_task_overhead(tasks: list[dict[str, Any]]) -> tuple[float, float]:
-    """(median per-task overhead s, summed overhead s): gaps between a worker's consecutive tasks
-    (dispatch, transfer, idle) plus time inside tasks outside read/resample/write."""
-    gaps: list[float] = []
-    by_worker: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for t in tasks:
-        by_worker[t["worker"]].append(t)
-    for ts in by_worker.values():
-        ts.sort(key=lambda t: t["start"])
-        gaps += [max(b["start"] - a["end"], 0.0) for a, b in zip(ts, ts[1:], strict=False)]
-    inside = [max(t["end"] - t["start"] - (t["read_s"] + t["resample_s"] + t["write_s"]), 0.0) for t in tasks]
-    median = (statistics.median(gaps) if gaps else 0.0) + (statistics.median(inside) if inside else 0.0)
-    return median, sum(gaps) + sum(inside)
-
-
-def compute_chunk_costs(tasks: list[dict[str, Any]]) -> tuple[float, float, int] | None:
-    """(fixed seconds per chunk, seconds per MB, chunks) from the tasks' pooled ``chunk_fit`` sums: the
-    least-squares line of a chunk's time against its MB read and written, over every chunk of the run.
-    None where the chunks' sizes do not vary enough to tell the two parts apart."""
-    n, sx, sxx, sy, sxy = (sum(float(t.get("chunk_fit", [0.0] * 5)[i]) for t in tasks) for i in range(5))
-    if n < 2:
-        return None
-    var = sxx - sx * sx / n
-    if var <= 1e-12 * max(sxx, 1e-12):
-        return None
-    slope = max((sxy - sx * sy / n) / var, 0.0)
-    fixed = max((sy - slope * sx) / n, 0.0)
-    return fixed, slope, int(n)
-
-
-def compute_stragglers(tasks: list[dict[str, Any]], factor: float = 3.0) -> list[dict[str, Any]]:
-    """Tasks that took over ``factor`` x the median task, longest first."""
-    durations = [t["end"] - t["start"] for t in tasks]
-    med = statistics.median(durations) if durations else 0.0
-    out = [
-        {"id": t["id"], "partition": t["index"], "worker": t["worker"], "duration_s": d, "x_median": d / med,
-         "chunks": t["chunks"], "cost_bytes": t.get("cost_bytes", 0)}
-        for t, d in zip(tasks, durations, strict=True)
-        if med > 0 and d > factor * med
-    ]  # fmt: skip
-    return sorted(out, key=lambda s: -s["duration_s"])
-
-
-SMALL_OBJECT_BYTES = 1_000_000
-"""Warn when the store's chunk (or shard) objects average below this: each is one request to write and
-one to read, and object stores charge per request and take ~10-100 ms per request to first byte."""
-
-
-def check_object_sizes(output: dict[str, Any]) -> list[dict[str, str]]:
-    """Diagnostic for a store in a bucket: the mean size of the objects the run wrote (advice: shard, or
-    larger chunks). nothing for a local store, where a small file costs no request."""
-    if "://" not in str(output.get("path", "")):
-        return []
-    objects, size = int(output.get("objects") or 0), int(output.get("objects_bytes") or 0)
-    mean = size / objects if objects else 0.0
-    return [_check(
-        "object_size", objects > 1 and mean < SMALL_OBJECT_BYTES,
-        f"{objects} chunk objects, {mean / 1e6:.2f} MB on average",
-        "small objects cost a request each (and, in a bucket, money and latency): set output.shards "
-        "(one object per shard of many chunks) or larger output.chunks",
-    )]  # fmt: skip
-
-
-def compute_diagnostics(report: dict[str, Any]) -> list[dict[str, str]]:
-    """One entry per check, computed from the report's own numbers only."""
-    tasks = report["tasks"]
-    ex = report["execution"]
-    threads = max(int(ex["threads"]), 1)
-    n = len(tasks)
-    durations = [t["end"] - t["start"] for t in tasks]
-    med = statistics.median(durations) if durations else 0.0
-    workers = report["workers"]
-    used = [w for w, v in workers.items() if v["tasks"] > 0]
-    local = ex.get("scheduler") in ("local", "threads", "local-cluster")
-    local_cores = int(ex.get("cores", 1)) if local else 1
-    out = check_object_sizes(report.get("output", {}))
-
-    out.append(_check(
-        "workers_used", n > 1 and len(used) <= 1 and (len(workers) > 1 or local_cores > 1),
-        f"{len(used)} of {len(workers)} workers ran tasks ({n} tasks"
-        + (f", {local_cores} cores here)" if local else ")"),
-        f"all work ran on one worker: set execution.workers={max(local_cores, 2)} if cores are free; on a "
-        "cluster, check for a resource request only one worker can satisfy, or fewer partitions than workers "
-        "(lower execution.partition_mb)",
-    ))  # fmt: skip
-
-    per_task, _ = compute_task_overhead(tasks)
-    share = per_task / med if med > 0 else 0.0
-    part_mb = float(report.get("plan", {}).get("partition_mb") or 0.0)
-    out.append(_check(
-        "task_overhead", n >= MIN_TASKS and share > TASK_OVERHEAD_SHARE,
-        f"per-task overhead {per_task * 1e3:.1f} ms against a median task of {med * 1e3:.1f} ms ({share:.1%})"
-        + ("" if n >= MIN_TASKS else f"; {n} tasks: too few to judge (needs {MIN_TASKS})"),
-        "tasks are too small for their scheduling cost: raise execution.partition_mb"
-        + (f" (set execution.partition_mb={_round_up(part_mb * share / TASK_OVERHEAD_SHARE * 2)} or more)"
-           if part_mb else ""),
-    ))  # fmt: skip
-
-    stragglers = compute_stragglers(tasks)
-    tail = max(durations) / med if med > 0 else 1.0
-    # A straggler matters where it can hold up the end: a 20 ms task 4x the median of 5 ms ones does not.
-    exec_wall = float(ex.get("exec_wall_s") or 0.0) or (max(t["end"] for t in tasks) - min(t["start"] for t in tasks)
-                                                        if tasks else 0.0)  # fmt: skip
-    long_enough = bool(stragglers) and stragglers[0]["duration_s"] >= STRAGGLER_SHARE * exec_wall
-    out.append(_check(
-        "long_tail", long_enough and n >= MIN_TASKS,
-        f"{len(stragglers)} task(s) over 3x the median ({med:.2f} s); longest {tail:.1f}x"
-        + (": partition " + ", ".join(str(t["partition"]) for t in stragglers[:3]) if stragglers else ""),
-        "uneven partitions: a chunk needs far more input than the others (a huge or very fine tile?); "
-        "lower output.chunks or execution.partition_mb so large work splits",
-    ))  # fmt: skip
-
-    max_arg = int(ex.get("max_task_arg_bytes", 0))
-    out.append(_check(
-        "task_args_size", max_arg > 64 * 1024,
-        f"largest task argument {max_arg / 1024:.1f} KiB",
-        "tasks should carry paths and windows, not arrays or whole tables",
-    ))  # fmt: skip
-
-    conc = max_concurrency(tasks)
-    out.append(_check(
-        "blocking", threads > 1 and n >= 4 and conc <= 1,
-        f"at most {conc} task(s) ran at once on {threads} worker thread(s)",
-        "independent tasks ran one after another: submit all partitions before waiting on any",
-    ))  # fmt: skip
-
-    dev = report["devices"]
-    gpu_wanted = ex.get("device_requested") == "gpu" or any(d["device"] == "gpu" for d in dev["decisions"])
-    out.append(_check(
-        "gpu_ran", gpu_wanted and dev["gpu"] == 0,
-        f"{dev['gpu']} of {n} tasks on the GPU" + (f"; {dev['decisions'][0]['reason']}" if dev["decisions"] else ""),
-        "the GPU was chosen but no task ran there: check worker GPU resources and CuPy",
-    ))  # fmt: skip
-
-    out.append(_check_gpu_windows(tasks))
-    out.append(_check_chunk_size(report))
-    out.append(_check_partition_size(report, threads))
-    out.append(_check_overviews(report))
-    out.append(_check_worker_memory(report))
-
-    st = report["stage_task_s"]
-    io, compute = st["read"] + st["write"], st["resample"]
-    io_share = io / (io + compute) if io + compute else 0.0
-    bound = "I/O-bound" if io_share >= 0.5 else "compute-bound"
-    advice = (
-        "more workers help while storage keeps up; faster storage or fewer bytes (overviews, compression) help more"
-        if io_share >= 0.5
-        else "more workers/cores or the GPU help: resampling dominates"
-    )
-    out.append({"check": "io_vs_compute", "status": "ok",
-                "detail": f"{bound}: read+write {io_share:.0%} of task time, resample {1 - io_share:.0%}",
-                "advice": advice})  # fmt: skip
-
-    # Idle while work remained: between the first and the last task start, some task was still waiting.
-    idle: dict[str, float] = {}
-    if n:
-        lo, hi = min(t["start"] for t in tasks), max(t["start"] for t in tasks)
-        for w in workers:
-            busy = sum(max(min(t["end"], hi) - max(t["start"], lo), 0.0) for t in tasks if t["worker"] == w)
-            idle[w] = 1 - busy / (hi - lo) if hi > lo else 0.0
-    idle_bad = {w: s for w, s in idle.items() if s > 0.5}
-    out.append(_check(
-        "idle_workers", n >= 2 * max(len(workers), 1) and bool(idle_bad),
-        "idle while tasks were waiting: " + ", ".join(f"{w} {s:.0%}" for w, s in sorted(idle.items())),
-        "workers sat idle while work remained: a worker that cannot run these tasks (resources, memory), "
-        "or a driver that submits too slowly",
-    ))  # fmt: skip
-    out.extend(_network_checks(report.get("network") or {}))
-    return out
-
-
-READ_AMPLIFICATION_WARN = 2.0
-"""Warn when remote reads fetched over this many times the compressed bytes their windows cover."""
-
-
-def _network_checks(net: dict[str, Any]) -> list[dict[str, str]]:
-    """Remote reads: read amplification (bytes fetched over bytes the windows need) and retries."""
-    if not net.get("requests"):
-        return []
-    needed, fetched = net.get("bytes_needed", 0), net.get("bytes_fetched", 0)
-    ratio = fetched / needed if needed else float("inf")
-    return [_check(
-        "read_amplification", ratio > READ_AMPLIFICATION_WARN,
-        f"fetched {fetched / 1e6:.1f} MB for {needed / 1e6:.1f} MB of tile blocks the windows cover "
-        f"({ratio:.1f}x) in {net['requests']} requests, {net.get('retries', 0)} retried",
-        "reads fetch far more than they use: chunks (output.chunks) that align with the tiles' blocks, "
-        "smaller CPL_VSIL_CURL_CHUNK_SIZE or GDAL_INGESTED_BYTES_AT_OPEN in inputs.gdal_env, or "
-        "cloud-optimised tiles (internal tiling, overviews) cut it",
-    )]  # fmt: skip
-
-
-def _round_up(x: float) -> str:
-    """A config value to suggest: ``x`` rounded up to 1, 2 or 5 times a power of ten."""
-    if x <= 0:
-        return "0"
-    p = 10 ** math.floor(math.log10(x))
-    v = next(m * p for m in (1, 2, 5, 10) if m * p >= x * (1 - 1e-9))
-    return f"{v:g}"
-
-
-def _chunk_side(chunks_yx: tuple[int, int], scale: float, shape_yx: tuple[int, int] | None) -> int:
-    """Chunk side for ``scale`` times the pixels of ``chunks_yx``: a power of two, at least 256, at most
-    the power of two that covers the grid (``shape_yx``) in one chunk."""
-    side = math.sqrt(chunks_yx[0] * chunks_yx[1] * max(scale, 1.0))
-    side_pow2 = max(256, 1 << math.ceil(math.log2(side)))
-    if shape_yx and min(shape_yx) > 0:
-        side_pow2 = min(side_pow2, max(256, 1 << math.ceil(math.log2(max(shape_yx)))))
-    return side_pow2
-
-
-def chunk_size_advice(chunks_yx: tuple[int, int], chunk_bytes: int, fit: tuple[float, float, float] | None,
-                      shape_yx: tuple[int, int] | None = None) -> str:  # fmt: skip
-    """``output.chunks`` to set: where a run measured ``fit`` = (fixed s per chunk, s per MB, MB per chunk),
-    chunks whose fixed cost is under a fifth of their time; else chunks of Zarr's and Dask's ~1 MB."""
-    scale = GUIDE_CHUNK_BYTES / max(chunk_bytes, 1)
-    if fit is not None and fit[1] > 0 and fit[2] > 0:
-        scale = 4 * fit[0] / fit[1] / fit[2]
-    side = _chunk_side(chunks_yx, scale, shape_yx)
-    return f"set output.chunks={{y: {side}, x: {side}}} (Zarr and Dask advise ~1 MB+ per chunk)"
-
-
-def _chunk_bytes(report: dict[str, Any]) -> tuple[int, tuple[int, int]]:
-    """Bytes of one full output chunk and the chunk shape, from the report's own numbers."""
-    out = report.get("output", {})
-    shape = out.get("shape") or {}
-    raw = int(out.get("bytes_raw") or 0)
-    cells = int(shape.get("time", 1)) * int(shape.get("y", 1)) * int(shape.get("x", 1)) * len(out.get("bands") or [1])
-    chunks_yx = tuple(report.get("plan", {}).get("chunks_yx") or (0, 0))
-    if len(chunks_yx) != 2 or not cells or not chunks_yx[0]:
-        return 0, (0, 0)
-    return int(raw / cells * chunks_yx[0] * chunks_yx[1]), (int(chunks_yx[0]), int(chunks_yx[1]))
-
-
-def _check_chunk_size(report: dict[str, Any]) -> dict[str, str]:
-    """Fixed per-chunk costs, measured from the run's chunks (``chunk_fit``), against the chunk's time."""
-    tasks = report["tasks"]
-    chunk_bytes, chunks_yx = _chunk_bytes(report)
-    fit = compute_chunk_costs(tasks)
-    if fit is None or fit[2] < MIN_CHUNKS or not chunk_bytes:
-        n = int(sum(t.get("chunks", 0) for t in tasks))
-        return _check("chunk_size", False, f"{n} chunks: too few to measure per-chunk costs (needs {MIN_CHUNKS})", "")
-    fixed, per_mb, n = fit
-    shape = report.get("output", {}).get("shape") or {}
-    shape_yx = (int(shape.get("y", 0)), int(shape.get("x", 0)))
-    total = sum(float(t["chunk_fit"][3]) for t in tasks if "chunk_fit" in t)
-    mb = sum(float(t["chunk_fit"][1]) for t in tasks if "chunk_fit" in t) / n
-    share = fixed * n / total if total > 0 else 0.0
-    warn = chunk_bytes < GUIDE_CHUNK_BYTES and share > CHUNK_FIXED_SHARE
-    return _check(
-        "chunk_size", warn,
-        f"{n} chunks of {chunk_bytes / 1024:.0f} KiB: {fixed * 1e3:.2f} ms fixed + {per_mb * 1e3:.1f} ms per MB "
-        f"read and written ({mb:.2f} MB a chunk); fixed costs {share:.0%} of chunk time",
-        f"chunks of {chunk_bytes / 1024:.0f} KiB are dominated by fixed costs per chunk (a file, a window read, "
-        "a kernel call each): " + chunk_size_advice(chunks_yx, chunk_bytes, (fixed, per_mb, mb), shape_yx),
-    )  # fmt: skip
-
-
-def _check_partition_size(report: dict[str, Any], threads: int) -> dict[str, str]:
-    """Huge partitions: fewer tasks than worker threads could run, where the work could split. (Local runs
-    start no more workers than tasks: ``threads_available`` is what the config asked for.)"""
-    threads = max(threads, int(report["execution"].get("threads_available", threads)))
-    tasks = report["tasks"]
-    n, jobs = len(tasks), int(sum(t.get("chunks", 0) for t in tasks))
-    busy = sum(t["end"] - t["start"] for t in tasks)
-    cost_mb = sum(float(t.get("cost_bytes", 0)) for t in tasks) / 1e6
-    judged = busy >= MIN_SPLIT_S and jobs >= 2 * threads
-    warn = judged and threads > 1 and n < threads
-    target = _round_up(cost_mb / (2 * threads)) if cost_mb else "a smaller value"
-    return _check(
-        "partition_size", warn,
-        f"{n} task(s) for {threads} worker thread(s), {jobs} chunks, {busy:.2f} task-s"
-        + ("" if judged else ": too little work to judge"),
-        f"partitions are so large that worker threads had nothing to do: set execution.partition_mb={target} "
-        f"(about two tasks per thread)",
-    )  # fmt: skip
-
-
-def _check_overviews(report: dict[str, Any]) -> dict[str, str]:
-    """Downsampling from full resolution: bytes read per byte written, and the levels the plan chose."""
-    read = int(report["inputs"].get("bytes_read", 0))
-    written = int(sum(t.get("bytes_written", 0) for t in report["tasks"]))
-    levels = report.get("plan", {}).get("levels_used") or {}
-    full = int(levels.get("full", 0))
-    ratio = read / written if written else 0.0
-    judged = read >= MIN_READ_BYTES and written > 0
-    warn = judged and ratio > READ_AMPLIFICATION and full * 2 >= sum(levels.values())
-    return _check(
-        "overviews", warn,
-        f"read {ratio:.1f} bytes per byte written; tiles read at " + (", ".join(f"{k}: {v}" for k, v in levels.items())
-                                                                     or "no level")
-        + ("" if judged else f"; {read / 1e6:.1f} MB read: too little to judge"),
-        "the grid is coarser than the inputs but they are read at full resolution: give the inputs overviews "
-        "(gdaladdo -r average, or write COGs) and use a blending resampling (average, bilinear, cubic), "
-        "which reads them",
-    )  # fmt: skip
-
-
-def _check_worker_memory(report: dict[str, Any]) -> dict[str, str]:
-    mem = report.get("memory") or {}
-    peaks: dict[str, float] = mem.get("worker_peak_mb") or {}
-    limits: dict[str, float] = mem.get("worker_limit_mb") or {}
-    over = {w: mb / limits[w] for w, mb in peaks.items() if limits.get(w)}
-    worst = max(over.items(), key=lambda kv: kv[1], default=None)
-    return _check(
-        "worker_memory", worst is not None and worst[1] > MEMORY_SHARE,
-        (f"peak {peaks[worst[0]]:.0f} MB of {limits[worst[0]]:.0f} MB on {worst[0]} ({worst[1]:.0%})" if worst
-         else "no worker memory limits known"),
-        "a worker came close to its memory: lower output.chunks (a task holds one chunk's source windows at a "
-        "time) and execution.threads_per_worker, or give workers more memory",
-    )  # fmt: skip
-
-
-def _check_gpu_windows(tasks: list[dict[str, Any]]) -> dict[str, str]:
-    """GPU tasks on windows too small to pay for their transfers (``device: gpu`` forces them)."""
-    gpu = [t for t in tasks if t.get("device") == "gpu"]
-    per_chunk = [t["bytes_written"] / t["chunks"] for t in gpu if t.get("chunks")]
-    small = statistics.median(per_chunk) if per_chunk else 0.0
-    warn = bool(per_chunk) and small < GPU_MIN_CHUNK_BYTES
-    return _check(
-        "gpu_windows", warn,
-        f"{len(gpu)} GPU task(s)" + (f", median {small / 1024:.0f} KiB written per chunk" if per_chunk else ""),
-        "the GPU ran chunks too small to pay for their transfers: set execution.device=auto (its cost model "
-        "keeps small windows on the CPU) or raise output.chunks to 1 MB+ per chunk",
-    )  # fmt: skip
-
-
 def format_report(report: dict[str, Any]) -> str:
     """The human-readable breakdown printed at the end of a run."""
     wall = report["wall_s"]
     mb_read = report["inputs"]["bytes_read"] / 1e6
     mb_out = report["output"]["bytes_raw"] / 1e6
     files = report["inputs"]["files"]
-    lines = [f"wall {wall:.2f} s   inputs {files} files, {mb_read:.1f} MB read   "
-             f"output {mb_out:.1f} MB raw, {report['output']['bytes'] / 1e6:.1f} MB stored",
-             "", f"{'stage':<10}{'wall s':>9}{'share':>8}{'task s':>9}{'MB/s':>9}{'files/s':>9}"]  # fmt: skip
+    lines = [
+        f"wall {wall:.2f} s   inputs {files} files, {mb_read:.1f} MB read   "
+        f"output {mb_out:.1f} MB raw, {report['output']['bytes'] / 1e6:.1f} MB stored",
+        "",
+        f"{'stage':<10}{'wall s':>9}{'share':>8}{'task s':>9}{'MB/s':>9}{'files/s':>9}",
+    ]
     for s in STAGES:
         sec = report["stages"][s]
         rate = files_rate = ""
@@ -473,13 +110,16 @@ def format_report(report: dict[str, Any]) -> str:
             f"{rate or '':>9}{files_rate or '':>9}"
         )
     lines.append("")
-    lines.append("tasks per worker: " + ", ".join(
-        f"{w}: {v['tasks']} ({v['busy_s']:.1f} s busy)" for w, v in sorted(report["workers"].items())
-    ))  # fmt: skip
+    lines.append(
+        "tasks per worker: "
+        + ", ".join(f"{w}: {v['tasks']} ({v['busy_s']:.1f} s busy)" for w, v in sorted(report["workers"].items()))
+    )
     ex = report["execution"]
     if wall:
-        lines.append(f"scheduling overhead: {ex.get('scheduling_overhead_s', 0.0):.2f} s "
-                     f"({ex.get('scheduling_overhead_s', 0.0) / wall:.1%} of wall)")  # fmt: skip
+        lines.append(
+            f"scheduling overhead: {ex.get('scheduling_overhead_s', 0.0):.2f} s "
+            f"({ex.get('scheduling_overhead_s', 0.0) / wall:.1%} of wall)"
+        )
     stragglers = report.get("stragglers", [])
     lines.append(f"stragglers (tasks over 3x the median): {len(stragglers)}")
     for t in stragglers[:5]:
@@ -493,9 +133,11 @@ def format_report(report: dict[str, Any]) -> str:
     net = report.get("network") or {}
     if net.get("requests"):
         lat = net.get("latency_ms") or {}
-        lines.append(f"network: {net['requests']} requests, {net['bytes_fetched'] / 1e6:.1f} MB fetched for "
-                     f"{net['bytes_needed'] / 1e6:.1f} MB needed, {net['retries']} retries, read latency "
-                     f"p50 {lat.get('p50') or 0:.1f} ms, p99 {lat.get('p99') or 0:.1f} ms")  # fmt: skip
+        lines.append(
+            f"network: {net['requests']} requests, {net['bytes_fetched'] / 1e6:.1f} MB fetched for "
+            f"{net['bytes_needed'] / 1e6:.1f} MB needed, {net['retries']} retries, read latency "
+            f"p50 {lat.get('p50') or 0:.1f} ms, p99 {lat.get('p99') or 0:.1f} ms"
+        )
     lines.append(_format_scheduler(report))
     if report["inputs"]["skipped"]:
         lines.append(f"skipped inputs: {len(report['inputs']['skipped'])}")
@@ -515,8 +157,10 @@ def _format_scheduler(report: dict[str, Any]) -> str:
     peaks = mem.get("worker_peak_mb") or {}
     worst = max(peaks.items(), key=lambda kv: kv[1], default=None)
     worker = f", {worst[0]} {worst[1]:.0f} MB" if worst else ""
-    return (f"scheduler: {ex.get('scheduler')} ({ex.get('scheduler_reason', '')}); peak memory: driver "
-            f"{mem.get('driver_peak_mb', 0.0):.0f} MB{worker}")  # fmt: skip
+    return (
+        f"scheduler: {ex.get('scheduler')} ({ex.get('scheduler_reason', '')}); peak memory: driver "
+        f"{mem.get('driver_peak_mb', 0.0):.0f} MB{worker}"
+    )
 
 
 def write_report(report: dict[str, Any], path: str) -> None:
