@@ -57,11 +57,18 @@ def in_process() -> dict[str, Any]:
         _prepare_store(cfg, plan, overwrite=True, resume=False)
         bands = [b.name for b in plan.bands]
         contexts[mode] = TaskContext(
-            store_path=cfg.output.path, grid_crs=plan.grid.crs, grid_transform=plan.grid.transform,
-            bands=plan.bands, resampling=plan.resampling, fuse=plan.fuse, on_error="fail",
-            engine=cfg.resampling_engine, grid_width=plan.grid.shape_yx[1], storage=cfg.storage,
+            store_path=cfg.output.path,
+            grid_crs=plan.grid.crs,
+            grid_transform=plan.grid.transform,
+            bands=plan.bands,
+            resampling=plan.resampling,
+            fuse=plan.fuse,
+            on_error="fail",
+            engine=cfg.resampling_engine,
+            grid_width=plan.grid.shape_yx[1],
+            storage=cfg.storage,
             store_stamp=store_stamp(cfg.output.path, bands, cfg.storage),
-        )  # fmt: skip
+        )
     assert plan is not None
     partitions = list(plan.partitions)
 
@@ -72,8 +79,14 @@ def in_process() -> dict[str, Any]:
         records = [run_partition(p, contexts[mode]) for p in partitions]
         wall, cpu = time.perf_counter() - t, time.process_time() - cpu
         reused, made = sum(r["maps_reused"] for r in records), sum(r["maps_made"] for r in records)
-        return {"wall_s": wall, "cpu_s": cpu, "resample_s": sum(r["resample_s"] for r in records),
-                "maps_reused": reused, "maps_made": made, "kept_mb": MAPS.bytes / 1e6}  # fmt: skip
+        return {
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "resample_s": sum(r["resample_s"] for r in records),
+            "maps_reused": reused,
+            "maps_made": made,
+            "kept_mb": MAPS.bytes / 1e6,
+        }
 
     for mode in MODES:  # warm-up: page cache, GDAL, PROJ
         run(mode)
@@ -84,9 +97,16 @@ def in_process() -> dict[str, Any]:
     MAPS.max_bytes = MAP_CACHE_BYTES
     same = _same_cubes(contexts["on"].store_path, contexts["off"].store_path, [b.name for b in plan.bands])
     med = {m: {k: statistics.median(r[k] for r in runs[m]) for k in ("wall_s", "cpu_s", "resample_s")} for m in MODES}
-    return {"partitions": len(partitions), "windows": plan.n_pairs, "runs": runs, "median": med,
-            "resample_on_over_off": _paired(runs, "resample_s"), "wall_on_over_off": _paired(runs, "wall_s"),
-            "cpu_on_over_off": _paired(runs, "cpu_s"), "same_cube": same}  # fmt: skip
+    return {
+        "partitions": len(partitions),
+        "windows": plan.n_pairs,
+        "runs": runs,
+        "median": med,
+        "resample_on_over_off": _paired(runs, "resample_s"),
+        "wall_on_over_off": _paired(runs, "wall_s"),
+        "cpu_on_over_off": _paired(runs, "cpu_s"),
+        "same_cube": same,
+    }
 
 
 def _paired(runs: dict[str, list[dict[str, float]]], key: str) -> float:
@@ -113,16 +133,39 @@ def whole_process() -> dict[str, Any]:
     def run(mode: str) -> dict[str, float]:
         report = f"{OUT}/run-{mode}.report.json"
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-c", CLI, str(MAP_CACHE_BYTES if mode == "on" else 0), "run", CONFIG,
-                        "-q", "--overwrite", "--workers", "2", "--set", "execution.scheduler=threads",
-                        "--set", f"output.path={OUT}/run-{mode}.zarr", "--report", report],
-                       check=True, cwd=ROOT)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                CLI,
+                str(MAP_CACHE_BYTES if mode == "on" else 0),
+                "run",
+                CONFIG,
+                "-q",
+                "--overwrite",
+                "--workers",
+                "2",
+                "--set",
+                "execution.scheduler=threads",
+                "--set",
+                f"output.path={OUT}/run-{mode}.zarr",
+                "--report",
+                report,
+            ],
+            check=True,
+            cwd=ROOT,
+        )
         wall = time.perf_counter() - t
         with open(report) as f:
             rep = json.load(f)
         maps = rep["execution"]["maps"]
-        return {"wall_s": wall, "resample_task_s": rep["stage_task_s"]["resample"], "maps_reused": maps["reused"],
-                "maps_made": maps["made"], "kept_mb": maps["kept_mb"]}  # fmt: skip
+        return {
+            "wall_s": wall,
+            "resample_task_s": rep["stage_task_s"]["resample"],
+            "maps_reused": maps["reused"],
+            "maps_made": maps["made"],
+            "kept_mb": maps["kept_mb"],
+        }
 
     for mode in MODES:
         run(mode)
@@ -132,8 +175,13 @@ def whole_process() -> dict[str, Any]:
             runs[mode].append(run(mode))
     med = {m: {k: statistics.median(r[k] for r in runs[m]) for k in ("wall_s", "resample_task_s")} for m in MODES}
     same = _same_cubes(f"{OUT}/run-on.zarr", f"{OUT}/run-off.zarr", _bands(f"{OUT}/run-on.zarr"))
-    return {"runs": runs, "median": med, "resample_on_over_off": _paired(runs, "resample_task_s"),
-            "wall_on_over_off": _paired(runs, "wall_s"), "same_cube": same}  # fmt: skip
+    return {
+        "runs": runs,
+        "median": med,
+        "resample_on_over_off": _paired(runs, "resample_task_s"),
+        "wall_on_over_off": _paired(runs, "wall_s"),
+        "same_cube": same,
+    }
 
 
 def _bands(path: str) -> list[str]:
@@ -163,8 +211,11 @@ def reads() -> dict[str, Any]:
         return r0, c0, max(w[0] + w[2] for w in ws) - r0, max(w[1] + w[3] for w in ws) - c0
 
     def blocks(w: tuple[int, int, int, int], side: int = 256) -> set[tuple[int, int]]:
-        return {(i, j) for i in range(w[0] // side, (w[0] + w[2] - 1) // side + 1)
-                for j in range(w[1] // side, (w[1] + w[3] - 1) // side + 1)}  # fmt: skip
+        return {
+            (i, j)
+            for i in range(w[0] // side, (w[0] + w[2] - 1) // side + 1)
+            for j in range(w[1] // side, (w[1] + w[3] - 1) // side + 1)
+        }
 
     def one_by_one() -> None:
         for (_, path, level), ws in groups.items():
@@ -187,12 +238,17 @@ def reads() -> dict[str, Any]:
 
     times, med = interleaved(tools, REPEATS)
     paired = statistics.median(u / o for u, o in zip(times["union"], times["one_by_one"], strict=True))
-    return {"file_levels": len(groups), "windows": sum(len(ws) for ws in groups.values()),
-            "window_px": sum(w[2] * w[3] for ws in groups.values() for w in ws),
-            "union_px": sum(union(ws)[2] * union(ws)[3] for ws in groups.values()),
-            "blocks_per_window": sum(len(blocks(w)) for ws in groups.values() for w in ws),
-            "blocks_once": sum(len(set().union(*map(blocks, ws))) for ws in groups.values()),
-            "times_s": times, "median_s": med, "union_over_one_by_one": paired}  # fmt: skip
+    return {
+        "file_levels": len(groups),
+        "windows": sum(len(ws) for ws in groups.values()),
+        "window_px": sum(w[2] * w[3] for ws in groups.values() for w in ws),
+        "union_px": sum(union(ws)[2] * union(ws)[3] for ws in groups.values()),
+        "blocks_per_window": sum(len(blocks(w)) for ws in groups.values() for w in ws),
+        "blocks_once": sum(len(set().union(*map(blocks, ws))) for ws in groups.values()),
+        "times_s": times,
+        "median_s": med,
+        "union_over_one_by_one": paired,
+    }
 
 
 def main() -> None:
@@ -201,36 +257,58 @@ def main() -> None:
     os.makedirs(OUT, exist_ok=True)
     if sys.argv[1:] == ["--reads"]:  # the reads alone (e.g. under GDAL_CACHEMAX=0: without GDAL's block cache)
         rd = reads()
-        print(f"reads: one by one {rd['median_s']['one_by_one']:.3f} s, union once {rd['median_s']['union']:.3f} s, "
-              f"ratio {rd['union_over_one_by_one']:.2f}")  # fmt: skip
+        print(
+            f"reads: one by one {rd['median_s']['one_by_one']:.3f} s, union once {rd['median_s']['union']:.3f} s, "
+            f"ratio {rd['union_over_one_by_one']:.2f}"
+        )
         return
     inproc = in_process()
     r, m = inproc["runs"]["on"][-1], inproc["median"]
     print(f"in one process, one thread, {inproc['partitions']} partitions, {REPEATS} interleaved runs each:")
-    print(f"  resample s  on {m['on']['resample_s']:.3f}  off {m['off']['resample_s']:.3f}  "
-          f"ratio {inproc['resample_on_over_off']:.2f}")  # fmt: skip
-    print(f"  wall s      on {m['on']['wall_s']:.3f}  off {m['off']['wall_s']:.3f}  "
-          f"ratio {inproc['wall_on_over_off']:.2f}")  # fmt: skip
-    print(f"  cpu s       on {m['on']['cpu_s']:.3f}  off {m['off']['cpu_s']:.3f}  "
-          f"ratio {inproc['cpu_on_over_off']:.2f}")  # fmt: skip
-    print(f"  maps reused {r['maps_reused']} of {r['maps_reused'] + r['maps_made']} windows, "
-          f"kept {r['kept_mb']:.1f} MB; same cube: {inproc['same_cube']}")  # fmt: skip
+    print(
+        f"  resample s  on {m['on']['resample_s']:.3f}  off {m['off']['resample_s']:.3f}  "
+        f"ratio {inproc['resample_on_over_off']:.2f}"
+    )
+    print(
+        f"  wall s      on {m['on']['wall_s']:.3f}  off {m['off']['wall_s']:.3f}  "
+        f"ratio {inproc['wall_on_over_off']:.2f}"
+    )
+    print(
+        f"  cpu s       on {m['on']['cpu_s']:.3f}  off {m['off']['cpu_s']:.3f}  ratio {inproc['cpu_on_over_off']:.2f}"
+    )
+    print(
+        f"  maps reused {r['maps_reused']} of {r['maps_reused'] + r['maps_made']} windows, "
+        f"kept {r['kept_mb']:.1f} MB; same cube: {inproc['same_cube']}"
+    )
     whole = whole_process()
     w, r = whole["median"], whole["runs"]["on"][-1]
     print(f"pipeline run, threads scheduler, 2 workers, {REPEATS} interleaved runs each:")
-    print(f"  resample task-s  on {w['on']['resample_task_s']:.3f}  off {w['off']['resample_task_s']:.3f}  "
-          f"ratio {whole['resample_on_over_off']:.2f}")  # fmt: skip
-    print(f"  wall s           on {w['on']['wall_s']:.3f}  off {w['off']['wall_s']:.3f}  "
-          f"ratio {whole['wall_on_over_off']:.2f}")  # fmt: skip
-    print(f"  maps reused {r['maps_reused']} of {r['maps_reused'] + r['maps_made']}, kept {r['kept_mb']:.1f} MB; "
-          f"same cube: {whole['same_cube']}")  # fmt: skip
+    print(
+        f"  resample task-s  on {w['on']['resample_task_s']:.3f}  off {w['off']['resample_task_s']:.3f}  "
+        f"ratio {whole['resample_on_over_off']:.2f}"
+    )
+    print(
+        f"  wall s           on {w['on']['wall_s']:.3f}  off {w['off']['wall_s']:.3f}  "
+        f"ratio {whole['wall_on_over_off']:.2f}"
+    )
+    print(
+        f"  maps reused {r['maps_reused']} of {r['maps_reused'] + r['maps_made']}, kept {r['kept_mb']:.1f} MB; "
+        f"same cube: {whole['same_cube']}"
+    )
     rd = reads()
     print(f"reads, {rd['file_levels']} (task, file, level) groups, {rd['windows']} windows, {REPEATS} runs each:")
-    print(f"  one by one through one open {rd['median_s']['one_by_one']:.3f} s, union once "
-          f"{rd['median_s']['union']:.3f} s, ratio {rd['union_over_one_by_one']:.2f}; 256² blocks covered "
-          f"{rd['blocks_per_window']} by window, {rd['blocks_once']} once")  # fmt: skip
-    print("saved", save_json("geometry", {"repeats": REPEATS, "cores": os.cpu_count(), "in_process": inproc,
-                                          "whole_process": whole, "reads": rd}))  # fmt: skip
+    print(
+        f"  one by one through one open {rd['median_s']['one_by_one']:.3f} s, union once "
+        f"{rd['median_s']['union']:.3f} s, ratio {rd['union_over_one_by_one']:.2f}; 256² blocks covered "
+        f"{rd['blocks_per_window']} by window, {rd['blocks_once']} once"
+    )
+    print(
+        "saved",
+        save_json(
+            "geometry",
+            {"repeats": REPEATS, "cores": os.cpu_count(), "in_process": inproc, "whole_process": whole, "reads": rd},
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -68,15 +68,28 @@ def write_stac(tiles: list[dict], path: str) -> None:
             lon, lat = tr.transform([x0, x1, x1, x0], [y0, y0, y1, y1])
             bbox = [min(lon), min(lat), max(lon), max(lat)]
             geom = {"type": "Polygon", "coordinates": [[*zip(lon, lat, strict=True), (lon[0], lat[0])]]}
-            items[key] = pystac.Item(id=f"{t['tile']}_{t['date']}", geometry=geom, bbox=bbox,
-                                     datetime=pystac.utils.str_to_datetime(t["date"] + "T10:00:00Z"), properties={},
-                                     stac_extensions=[PROJ_EXT])  # fmt: skip
-        items[key].add_asset(t["band"], pystac.Asset(href=t["path"], media_type=pystac.MediaType.COG, roles=["data"],
-                                                     extra_fields={"proj:code": t["crs"],
-                                                                   "proj:epsg": int(t["crs"].split(":")[1]),
-                                                                   "proj:shape": [t["height"], t["width"]],
-                                                                   "proj:transform": [t["a"], t["b"], t["c"], t["d"],
-                                                                                      t["e"], t["f"]]}))  # fmt: skip
+            items[key] = pystac.Item(
+                id=f"{t['tile']}_{t['date']}",
+                geometry=geom,
+                bbox=bbox,
+                datetime=pystac.utils.str_to_datetime(t["date"] + "T10:00:00Z"),
+                properties={},
+                stac_extensions=[PROJ_EXT],
+            )
+        items[key].add_asset(
+            t["band"],
+            pystac.Asset(
+                href=t["path"],
+                media_type=pystac.MediaType.COG,
+                roles=["data"],
+                extra_fields={
+                    "proj:code": t["crs"],
+                    "proj:epsg": int(t["crs"].split(":")[1]),
+                    "proj:shape": [t["height"], t["width"]],
+                    "proj:transform": [t["a"], t["b"], t["c"], t["d"], t["e"], t["f"]],
+                },
+            ),
+        )
     ordered = sorted(items.values(), key=lambda it: min(a.href for a in it.assets.values()))
     with open(path, "w") as f:
         json.dump([it.to_dict() for it in ordered], f)
@@ -98,14 +111,33 @@ with dask.config.set(scheduler="threads", num_workers=2):
 
 
 def run_pipeline() -> None:
-    subprocess.run([sys.executable, "-m", "pipeline", "run", CONFIG, "-q", "--overwrite", "--workers", "2",
-                    "--set", f"output.path={OUT}/pipeline.zarr", "--report", f"{OUT}/pipeline.report.json"],
-                   check=True, cwd=ROOT)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "run",
+            CONFIG,
+            "-q",
+            "--overwrite",
+            "--workers",
+            "2",
+            "--set",
+            f"output.path={OUT}/pipeline.zarr",
+            "--report",
+            f"{OUT}/pipeline.report.json",
+        ],
+        check=True,
+        cwd=ROOT,
+    )
 
 
 def run_odc() -> None:
-    subprocess.run([sys.executable, "-c", ODC_SCRIPT, f"{OUT}/grid.json", f"{OUT}/items.json", f"{OUT}/odc.zarr"],
-                   check=True, cwd=ROOT)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-c", ODC_SCRIPT, f"{OUT}/grid.json", f"{OUT}/items.json", f"{OUT}/odc.zarr"],
+        check=True,
+        cwd=ROOT,
+    )
 
 
 def run_gdal(grid: dict, tiles: list[dict]) -> None:
@@ -118,10 +150,37 @@ def run_gdal(grid: dict, tiles: list[dict]) -> None:
     cmds = []
     for (band, date), paths in sorted(groups.items()):
         # gdalwarp lets later inputs overwrite earlier ones: reversed path order makes the first path win.
-        cmds.append(["gdalwarp", "-q", "-overwrite", "-t_srs", grid["crs"], "-te", str(xmin), str(ymin), str(xmax),
-                     str(ymax), "-tr", str(res_x), str(res_y), "-r", "average", "-srcnodata", "0", "-dstnodata", "0",
-                     "-co", "TILED=YES", "-co", "COMPRESS=ZSTD", "-co", "ZSTD_LEVEL=3",
-                     *sorted(paths, reverse=True), f"{OUT}/gdal/{band}_{date}.tif"])  # fmt: skip
+        cmds.append(
+            [
+                "gdalwarp",
+                "-q",
+                "-overwrite",
+                "-t_srs",
+                grid["crs"],
+                "-te",
+                str(xmin),
+                str(ymin),
+                str(xmax),
+                str(ymax),
+                "-tr",
+                str(res_x),
+                str(res_y),
+                "-r",
+                "average",
+                "-srcnodata",
+                "0",
+                "-dstnodata",
+                "0",
+                "-co",
+                "TILED=YES",
+                "-co",
+                "COMPRESS=ZSTD",
+                "-co",
+                "ZSTD_LEVEL=3",
+                *sorted(paths, reverse=True),
+                f"{OUT}/gdal/{band}_{date}.tif",
+            ]
+        )
     with ThreadPoolExecutor(2) as pool:
         for r in pool.map(lambda c: subprocess.run(c, capture_output=True, text=True), cmds):
             if r.returncode:

@@ -117,9 +117,11 @@ def main() -> None:
         b, t = row["base"], row["this"]
         print(f"{config}: {row['files']} inputs, plans identical (tables, keys, windows, --json)")
         for name, m in (("base", b), ("this", t)):
-            print(f"  {name}: wall {m['median_wall_s']:6.2f} s  cpu {m['median_cpu_s']:6.2f} s  peak "
-                  f"{m['median_peak_mib']:6.0f} MiB  (catalog {m['median_index_s']:.2f} s, plan "
-                  f"{m['median_plan_s']:.2f} s)")  # fmt: skip
+            print(
+                f"  {name}: wall {m['median_wall_s']:6.2f} s  cpu {m['median_cpu_s']:6.2f} s  peak "
+                f"{m['median_peak_mib']:6.0f} MiB  (catalog {m['median_index_s']:.2f} s, plan "
+                f"{m['median_plan_s']:.2f} s)"
+            )
         print(f"  this/base wall: {t['median_wall_s'] / b['median_wall_s']:.2f}x")
     save_json("plan_compare", {"base": base, "runs": runs, "rows": rows})
 

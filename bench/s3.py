@@ -97,7 +97,7 @@ def pipeline_cmd(out: str, endpoint: str, *sets: str) -> Callable[[], dict]:
         ]
         for s in sets:
             args += ["--set", s]
-        r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+        r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
         if r.returncode not in (0, 3):
             raise RuntimeError(r.stderr[-2000:])
         with open(report) as f:
@@ -226,8 +226,10 @@ def main() -> None:
         print("requests per input file, fetched/needed bytes: not in this build's report (no network section)")
     else:
         for k, n in network.items():
-            print(f"{k}: {n['requests'] / len(urls):.1f} requests per input file, fetched/needed "
-                  f"{n['bytes_fetched'] / max(n['bytes_needed'], 1):.2f}")  # fmt: skip
+            print(
+                f"{k}: {n['requests'] / len(urls):.1f} requests per input file, fetched/needed "
+                f"{n['bytes_fetched'] / max(n['bytes_needed'], 1):.2f}"
+            )
     if "odc-stac s3->s3" in med and "s3->s3" in med:
         print(f"s3->s3 / odc-stac s3->s3: {med['s3->s3'] / med['odc-stac s3->s3']:.2f} (target <= 0.5)")
     if "s3->s3" in med:

@@ -39,9 +39,27 @@ def runner(config: str, scheduler: str) -> tuple[str, object]:
     out = f"{OUT}/{name}-{scheduler}.zarr"
 
     def run() -> None:
-        subprocess.run([sys.executable, "-m", "pipeline", "run", config, "-q", "--overwrite", "--workers", "2",
-                        "--set", f"execution.scheduler={scheduler}", "--set", f"output.path={out}",
-                        "--report", report], check=True, cwd=ROOT)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pipeline",
+                "run",
+                config,
+                "-q",
+                "--overwrite",
+                "--workers",
+                "2",
+                "--set",
+                f"execution.scheduler={scheduler}",
+                "--set",
+                f"output.path={out}",
+                "--report",
+                report,
+            ],
+            check=True,
+            cwd=ROOT,
+        )
 
     return report, run
 
@@ -67,14 +85,24 @@ def main() -> None:
             with open(reports[s]) as f:
                 rep = json.load(f)
             assert rep["execution"]["scheduler"] == s, rep["execution"]
-            memory[s] = {"driver_peak_mb": rep["memory"]["driver_peak_mb"],
-                         "worker_peak_mb": max(rep["memory"]["worker_peak_mb"].values(), default=0.0)}  # fmt: skip
-        results[name] = {"planned_mb": planned_mb(config), "times_s": times, "median_s": med,
-                         "threads_over_cluster": med["threads"] / med["local-cluster"], "memory": memory}  # fmt: skip
+            memory[s] = {
+                "driver_peak_mb": rep["memory"]["driver_peak_mb"],
+                "worker_peak_mb": max(rep["memory"]["worker_peak_mb"].values(), default=0.0),
+            }
+        results[name] = {
+            "planned_mb": planned_mb(config),
+            "times_s": times,
+            "median_s": med,
+            "threads_over_cluster": med["threads"] / med["local-cluster"],
+            "memory": memory,
+        }
         r = results[name]
-        print(f"{name:<14} planned {r['planned_mb']:7.1f} MB   threads {med['threads']:6.2f} s   "
-              f"local-cluster {med['local-cluster']:6.2f} s   ratio {r['threads_over_cluster']:.2f}   "
-              f"({peers.REPEATS} interleaved runs)", flush=True)  # fmt: skip
+        print(
+            f"{name:<14} planned {r['planned_mb']:7.1f} MB   threads {med['threads']:6.2f} s   "
+            f"local-cluster {med['local-cluster']:6.2f} s   ratio {r['threads_over_cluster']:.2f}   "
+            f"({peers.REPEATS} interleaved runs)",
+            flush=True,
+        )
     print("saved", save_json("scheduler", {"repeats": peers.REPEATS, "cores": os.cpu_count(), "results": results}))
 
 

@@ -74,23 +74,33 @@ def make_items(count: int) -> list[dict]:
                         n = TILE_M // res
                         assets[band] = {
                             "href": f"s3://sentinel-cogs/sentinel-s2-l2a-cogs/{zone}/T/{j:03d}{i:03d}/{day}/"
-                                    f"{item_id}/{band}.tif",
+                            f"{item_id}/{band}.tif",
                             "type": "image/tiff; application=geotiff; profile=cloud-optimized",
                             "roles": ["data"],
                             "proj:shape": [n, n],
                             "proj:transform": [float(res), 0.0, x, 0.0, -float(res), y],
-                            "raster:bands": [{"data_type": "uint16", "nodata": 0, "scale": 0.0001,
-                                              "offset": -0.1}],
-                        }  # fmt: skip
-                    items.append({
-                        "type": "Feature", "stac_version": "1.1.0", "id": item_id, "collection": "sentinel-2-l2a",
-                        "stac_extensions": ["https://stac-extensions.github.io/projection/v2.0.0/schema.json",
-                                            "https://stac-extensions.github.io/raster/v1.1.0/schema.json"],
-                        "geometry": {"type": "Polygon", "coordinates": [[[b[0], b[1]], [b[2], b[1]], [b[2], b[3]],
-                                                                         [b[0], b[3]], [b[0], b[1]]]]},
-                        "bbox": b, "properties": {"datetime": stamp, "proj:code": f"EPSG:{epsg}"},
-                        "links": [], "assets": assets,
-                    })  # fmt: skip
+                            "raster:bands": [{"data_type": "uint16", "nodata": 0, "scale": 0.0001, "offset": -0.1}],
+                        }
+                    items.append(
+                        {
+                            "type": "Feature",
+                            "stac_version": "1.1.0",
+                            "id": item_id,
+                            "collection": "sentinel-2-l2a",
+                            "stac_extensions": [
+                                "https://stac-extensions.github.io/projection/v2.0.0/schema.json",
+                                "https://stac-extensions.github.io/raster/v1.1.0/schema.json",
+                            ],
+                            "geometry": {
+                                "type": "Polygon",
+                                "coordinates": [[[b[0], b[1]], [b[2], b[1]], [b[2], b[3]], [b[0], b[3]], [b[0], b[1]]]],
+                            },
+                            "bbox": b,
+                            "properties": {"datetime": stamp, "proj:code": f"EPSG:{epsg}"},
+                            "links": [],
+                            "assets": assets,
+                        }
+                    )
     return items
 
 
@@ -135,21 +145,36 @@ def _plan(parquet: str, tmp: str) -> dict:
 
     config = os.path.join(tmp, f"{os.path.basename(parquet)}.yaml")
     with open(config, "w") as f:
-        yaml.safe_dump({"inputs": {"stac": parquet}, "grid": GRID, "resampling": "average",
-                        "output": {"path": os.path.join(tmp, "out.zarr"), "chunks": {"y": CHUNKS, "x": CHUNKS}}},
-                       f)  # fmt: skip
+        yaml.safe_dump(
+            {
+                "inputs": {"stac": parquet},
+                "grid": GRID,
+                "resampling": "average",
+                "output": {"path": os.path.join(tmp, "out.zarr"), "chunks": {"y": CHUNKS, "x": CHUNKS}},
+            },
+            f,
+        )
     wall, rss, out, rc = timed([sys.executable, "-m", "pipeline", "plan", config, "--json"])
     if rc:
         raise SystemExit(f"pipeline plan failed ({rc})")
     plan = json.loads(out)
-    return {"assets": plan["inputs"]["files"], "process_s": wall, "peak_mib": rss, "driver_s": plan["driver_s"],
-            "timings_s": plan["timings_s"], "headers_read": plan["inputs"]["headers_read"], "tasks": plan["tasks"],
-            "windows": plan["windows"]}  # fmt: skip
+    return {
+        "assets": plan["inputs"]["files"],
+        "process_s": wall,
+        "peak_mib": rss,
+        "driver_s": plan["driver_s"],
+        "timings_s": plan["timings_s"],
+        "headers_read": plan["inputs"]["headers_read"],
+        "tasks": plan["tasks"],
+        "windows": plan["windows"],
+    }
 
 
 def _odc(parquet: str, timeout: float) -> dict:
-    wall, rss, out, rc = timed([sys.executable, "-c", ODC, parquet, ",".join(BANDS), GRID["crs"],
-                                str(GRID["resolution"]), str(CHUNKS)], timeout)  # fmt: skip
+    wall, rss, out, rc = timed(
+        [sys.executable, "-c", ODC, parquet, ",".join(BANDS), GRID["crs"], str(GRID["resolution"]), str(CHUNKS)],
+        timeout,
+    )
     return {"process_s": wall, "peak_mib": rss, "rc": rc, **_json_lines(out)}
 
 
@@ -167,9 +192,15 @@ def main() -> None:
         write_geoparquet(items, full)
         write_geoparquet(items[:sub], part)
         del items
-        row = {"items": count, "parquet_mb": os.path.getsize(full) / 1e6, "make_s": time.perf_counter() - t,
-               "pipeline": _plan(full, tmp), "subset_items": sub, "subset_pipeline": _plan(part, tmp),
-               "subset_odc_stac": _odc(part, timeout)}  # fmt: skip
+        row = {
+            "items": count,
+            "parquet_mb": os.path.getsize(full) / 1e6,
+            "make_s": time.perf_counter() - t,
+            "pipeline": _plan(full, tmp),
+            "subset_items": sub,
+            "subset_pipeline": _plan(part, tmp),
+            "subset_odc_stac": _odc(part, timeout),
+        }
     print(json.dumps(row, indent=1))
     p, sp, so = row["pipeline"], row["subset_pipeline"], row["subset_odc_stac"]
     print(f"\n{count} items ({p['assets']} assets), stac-geoparquet {row['parquet_mb']:.0f} MB")
@@ -179,13 +210,17 @@ def main() -> None:
     )
     print(f"first {sub} items side by side:")
     print(f"  pipeline plan:             {sp['process_s']:7.1f} s {sp['peak_mib']:7.0f} MiB peak")
-    print(f"  odc-stac (read + load):    {so['process_s']:7.1f} s {so['peak_mib']:7.0f} MiB peak "
-          f"(pystac items {so.get('read_items_s', float('nan')):.1f} s, load {so.get('load_s', float('nan')):.1f} s)"
-          + ("" if so["rc"] == 0 else f"  did not finish: exit {so['rc']}"))  # fmt: skip
+    print(
+        f"  odc-stac (read + load):    {so['process_s']:7.1f} s {so['peak_mib']:7.0f} MiB peak "
+        f"(pystac items {so.get('read_items_s', float('nan')):.1f} s, load {so.get('load_s', float('nan')):.1f} s)"
+        + ("" if so["rc"] == 0 else f"  did not finish: exit {so['rc']}")
+    )
     if so["rc"] == 0:
         per_item = so["load_s"] / sub
-        print(f"  odc-stac load per item: {per_item * 1e3:.1f} ms; x {count} items: ~{per_item * count:.0f} s "
-              "(extrapolated, not measured)")  # fmt: skip
+        print(
+            f"  odc-stac load per item: {per_item * 1e3:.1f} ms; x {count} items: ~{per_item * count:.0f} s "
+            "(extrapolated, not measured)"
+        )
     save_json("stac_scale", row)
 
 

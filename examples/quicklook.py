@@ -49,8 +49,10 @@ def main(workdir: str) -> int:
         execution={"partition_mb": 1},
     )
     plan = pipeline.plan(cfg)
-    print(f"plan: {plan.grid.shape_yx[1]}x{plan.grid.shape_yx[0]} px, bands {', '.join(plan.bands)}, "
-          f"{len(plan.times)} dates, {plan.tasks} tasks, {plan.bytes['read'] / 1e6:.1f} MB to read")  # fmt: skip
+    print(
+        f"plan: {plan.grid.shape_yx[1]}x{plan.grid.shape_yx[0]} px, bands {', '.join(plan.bands)}, "
+        f"{len(plan.times)} dates, {plan.tasks} tasks, {plan.bytes['read'] / 1e6:.1f} MB to read"
+    )
 
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster) as client:
         result = pipeline.run(cfg, client=client, overwrite=True)

@@ -67,8 +67,10 @@ def _check(config: Any, fn: str) -> None:
     from pipeline.config.model import Config
 
     if not isinstance(config, Config):
-        raise TypeError(f"pipeline.{fn} takes a pipeline.Config (pipeline.Config.from_yaml(path) reads a file, "
-                        f"pipeline.Config(**mapping) takes a mapping), got {type(config).__name__}")  # fmt: skip
+        raise TypeError(
+            f"pipeline.{fn} takes a pipeline.Config (pipeline.Config.from_yaml(path) reads a file, "
+            f"pipeline.Config(**mapping) takes a mapping), got {type(config).__name__}"
+        )
 
 
 def plan(config: Config) -> PlanSummary:

@@ -37,13 +37,33 @@ def virtual_tiles(specs: list[tuple[str, float, float, int, int, float, str, str
 
     rows = [
         {
-            "path": f"/virtual/{date}/{i:04d}_{band}.tif", "band": band, "tile": str(i), "date": np.datetime64(date),
-            "crs": crs, "a": res, "b": 0.0, "c": x0, "d": 0.0, "e": -res, "f": y0, "width": w, "height": h,
-            "xmin": x0, "ymin": y0 - h * res, "xmax": x0 + w * res, "ymax": y0, "dtype": "uint16",
-            "file_nodata": 0.0, "nodata": 0.0, "block_x": 256, "block_y": 256, "overviews": [2, 4],
-            "size": w * h * 2, "mtime": 0,
+            "path": f"/virtual/{date}/{i:04d}_{band}.tif",
+            "band": band,
+            "tile": str(i),
+            "date": np.datetime64(date),
+            "crs": crs,
+            "a": res,
+            "b": 0.0,
+            "c": x0,
+            "d": 0.0,
+            "e": -res,
+            "f": y0,
+            "width": w,
+            "height": h,
+            "xmin": x0,
+            "ymin": y0 - h * res,
+            "xmax": x0 + w * res,
+            "ymax": y0,
+            "dtype": "uint16",
+            "file_nodata": 0.0,
+            "nodata": 0.0,
+            "block_x": 256,
+            "block_y": 256,
+            "overviews": [2, 4],
+            "size": w * h * 2,
+            "mtime": 0,
         }
         for i, (crs, x0, y0, w, h, res, band, date) in enumerate(specs)
-    ]  # fmt: skip
+    ]
     table = TileTable.from_records(rows, TABLE_COLUMNS)
     return table.rows(np.argsort(table["path"], kind="stable"))

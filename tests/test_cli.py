@@ -17,8 +17,9 @@ from tests.helpers import write_config
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 @pytest.mark.parametrize(
@@ -75,8 +76,10 @@ def test_run_then_report_html(tmp_path: Path, small_dir: Path) -> None:
 
 def test_fixtures_are_deterministic(tmp_path: Path) -> None:
     def digest(folder: Path) -> dict[str, str]:
-        return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-                for p in sorted(folder.rglob("*.tif"))}  # fmt: skip
+        return {
+            str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*.tif"))
+        }
 
     assert cli("fixtures", str(tmp_path / "a"), "--preset", "small", "--seed", "3").returncode == 0
     assert cli("fixtures", str(tmp_path / "b"), "--preset", "small", "--seed", "3").returncode == 0
@@ -140,9 +143,13 @@ def test_no_process_of_a_run_outlives_it(tmp_path: Path, small_dir: Path) -> Non
 
     cfg = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
     mark = f"pipeline-test-{os.getpid()}-{tmp_path.name}"
-    r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "pipeline"), "run", str(cfg), "-q",
-                        "--workers", "2"], capture_output=True, text=True, timeout=300,
-                       env=os.environ | {"PIPELINE_TEST_MARK": mark})  # fmt: skip
+    r = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "pipeline"), "run", str(cfg), "-q", "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ | {"PIPELINE_TEST_MARK": mark},
+    )
     assert r.returncode == 0, r.stderr
     assert "leaked" not in r.stderr, r.stderr
 

@@ -114,7 +114,7 @@ FULL = {
         "index": "i.parquet",
         "trust_index": False,
         "gdal_env": {"GDAL_HTTP_MAX_RETRY": 5},
-    },  # fmt: skip
+    },
     "grid": {"crs": "EPSG:32632", "resolution": [10, 20], "bounds": [0, 0, 100, 100]},
     "resampling": "nearest",
     "resampling_engine": "auto",
@@ -124,7 +124,7 @@ FULL = {
         "chunks": {"y": 64, "x": 64},
         "compression": {"codec": "zstd", "level": 3},
         "shards": {"y": 128, "x": 128},
-    },  # fmt: skip
+    },
     "execution": {
         "scheduler": "auto",
         "workers": 2,
@@ -134,7 +134,7 @@ FULL = {
         "retries": 1,
         "on_error": "fail",
         "gpu_profile": {"h2d_gb_s": 10, "d2h_gb_s": 10, "gpu_mpx_s": {"nearest": 500}},
-    },  # fmt: skip
+    },
     "report": {"path": "r.json"},
 }
 SECTIONS = [  # (a config holding the section, the section's dotted key)
@@ -283,7 +283,7 @@ PINNED_HASHES = [
             "output": {"path": "/out/x.zarr"},
         },
         "85fc6fe3b0cefee7",
-    ),  # fmt: skip
+    ),
     (
         {
             "inputs": {
@@ -308,7 +308,7 @@ PINNED_HASHES = [
             },
         },
         "ac7d5e53176e6acc",
-    ),  # fmt: skip
+    ),
     (
         {
             "inputs": {"stac": "/items.json", "assets": ["red", "nir"], "groupby": "time"},
@@ -316,7 +316,7 @@ PINNED_HASHES = [
             "output": {"path": "s3://b/c.zarr"},
         },
         "6ba7c1100c570806",
-    ),  # fmt: skip
+    ),
     (
         {
             "inputs": {
@@ -332,7 +332,7 @@ PINNED_HASHES = [
             "output": {"path": "/o.zarr"},
         },
         "788f7b2563904391",
-    ),  # fmt: skip
+    ),
 ]
 
 
@@ -421,8 +421,14 @@ def test_the_schema_describes_every_key_and_validates_the_shipped_configs() -> N
     schema = json_schema()
     keys = _schema_keys(schema, schema)
     assert set(CONTRACT_KEYS) <= set(keys)
-    assert {"output.chunks.y", "output.compression.level", "inputs.stac_search.url", "inputs.trust_index",
-            "execution.gpu_profile.gpu_mpx_s", "resampling_engine"} <= set(keys)  # fmt: skip
+    assert {
+        "output.chunks.y",
+        "output.compression.level",
+        "inputs.stac_search.url",
+        "inputs.trust_index",
+        "execution.gpu_profile.gpu_mpx_s",
+        "resampling_engine",
+    } <= set(keys)
 
     def described(prop: dict) -> bool:  # on the key, or on the section it refers to
         ref = prop.get("$ref", "").split("/")[-1]
@@ -449,8 +455,13 @@ def test_pipeline_config_prints_the_resolved_config_and_the_schema(
     import jsonschema
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "pipeline", "config", *args], capture_output=True, text=True,
-                              cwd=tmp_path, timeout=120)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "pipeline", "config", *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+        )
 
     p = _cfg(tmp_path, BASE)
     r = cli(str(p), "--set", "execution.workers=3", "--set", "output.path=y.zarr")

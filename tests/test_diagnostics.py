@@ -36,9 +36,21 @@ def clean(tmp_path_factory: pytest.TempPathFactory, small_dir: Path) -> dict[str
 
 
 def test_clean_run_warns_on_nothing(clean: dict[str, Any]) -> None:
-    assert set(statuses(clean)) == {"workers_used", "task_overhead", "long_tail", "task_args_size", "blocking",
-                                    "gpu_ran", "io_vs_compute", "idle_workers", "chunk_size", "partition_size",
-                                    "overviews", "worker_memory", "gpu_windows"}  # fmt: skip
+    assert set(statuses(clean)) == {
+        "workers_used",
+        "task_overhead",
+        "long_tail",
+        "task_args_size",
+        "blocking",
+        "gpu_ran",
+        "io_vs_compute",
+        "idle_workers",
+        "chunk_size",
+        "partition_size",
+        "overviews",
+        "worker_memory",
+        "gpu_windows",
+    }
     assert warned(clean) == set(), clean["diagnostics"]
     for d in clean["diagnostics"]:
         assert d["detail"]
@@ -52,12 +64,24 @@ def test_one_huge_tile_warns_long_tail(tmp_path: Path, small_dir: Path) -> None:
     # One 0.3125 m tile over a single 2.56 km chunk: 64x more pixels per axis than the 20 m grid.
     n = 8192
     values = np.random.default_rng(0).integers(1500, 2500, (n, n)).astype("uint16")  # decodes slowly, as real data
-    with rasterio.open(data / "2024-06-01" / "T32A0_B02z.tif", "w", driver="GTiff", width=n, height=n, count=1,
-                       dtype="uint16", crs="EPSG:32632", transform=from_origin(x0, y0, 2560 / n, 2560 / n), nodata=0,
-                       tiled=True, compress="deflate") as dst:  # fmt: skip
+    with rasterio.open(
+        data / "2024-06-01" / "T32A0_B02z.tif",
+        "w",
+        driver="GTiff",
+        width=n,
+        height=n,
+        count=1,
+        dtype="uint16",
+        crs="EPSG:32632",
+        transform=from_origin(x0, y0, 2560 / n, 2560 / n),
+        nodata=0,
+        tiled=True,
+        compress="deflate",
+    ) as dst:
         dst.write(values, 1)
-    cfg = load_config(write_config(tmp_path, str(data / "**" / "*.tif")),
-                      ["resampling=mode", "execution.partition_mb=0.05"])  # fmt: skip
+    cfg = load_config(
+        write_config(tmp_path, str(data / "**" / "*.tif")), ["resampling=mode", "execution.partition_mb=0.05"]
+    )
     report = run(cfg).report
     assert "long_tail" in warned(report), report["diagnostics"]
     huge = [s for s in report["stragglers"] if s["cost_bytes"] > 20e6]  # the chunks under the fine tile
@@ -116,12 +140,26 @@ def test_html_report_renders_in_headless_chromium(clean: dict[str, Any], tmp_pat
     page, stages_png, timeline_png = write_html(clean, str(tmp_path / "report.html"))
     shot = tmp_path / "shot.png"
     r = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars", "--window-size=1000,1600",
-         f"--screenshot={shot}", f"file://{page}"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--hide-scrollbars",
+            "--window-size=1000,1600",
+            f"--screenshot={shot}",
+            f"file://{page}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shot.exists(), r.stderr
     img = imread(str(shot))[:, :, :3]
     assert img.std() > 0.05  # not a blank page
@@ -193,8 +231,9 @@ def _without_overviews(src_dir: Path, out: Path) -> None:
 
     for tif in sorted(src_dir.glob("*/*.tif")):
         (out / tif.parent.name).mkdir(parents=True, exist_ok=True)
-        rasterio.shutil.copy(str(tif), str(out / tif.parent.name / tif.name), driver="GTiff", tiled=True,
-                             compress="deflate")  # fmt: skip
+        rasterio.shutil.copy(
+            str(tif), str(out / tif.parent.name / tif.name), driver="GTiff", tiled=True, compress="deflate"
+        )
 
 
 def test_downsampling_without_overviews_warns_and_overviews_remove_it(tmp_path: Path, small_dir: Path) -> None:

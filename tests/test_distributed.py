@@ -28,11 +28,22 @@ def cluster(tmp_path: Path) -> Iterator[str]:
     env = os.environ | {"DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
     procs = [
         subprocess.Popen(
-            [os.path.join(BIN, "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
-             "--no-dashboard", "--scheduler-file", str(sched_file)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+            [
+                os.path.join(BIN, "dask"),
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(sched_file),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
         )
-    ]  # fmt: skip
+    ]
     try:
         deadline = time.time() + 60
         while not sched_file.exists() and time.time() < deadline:
@@ -42,11 +53,25 @@ def cluster(tmp_path: Path) -> Iterator[str]:
         for i in range(2):
             procs.append(
                 subprocess.Popen(
-                    [os.path.join(BIN, "dask"), "worker", address, "--nthreads", "1", "--nworkers", "1",
-                     "--name", f"w{i}", "--no-dashboard", "--host", "127.0.0.1"],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                    [
+                        os.path.join(BIN, "dask"),
+                        "worker",
+                        address,
+                        "--nthreads",
+                        "1",
+                        "--nworkers",
+                        "1",
+                        "--name",
+                        f"w{i}",
+                        "--no-dashboard",
+                        "--host",
+                        "127.0.0.1",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    env=env,
                 )
-            )  # fmt: skip
+            )
         from distributed import Client
 
         with Client(address, timeout="30s") as c:
@@ -65,18 +90,32 @@ def cluster(tmp_path: Path) -> Iterator[str]:
 def test_run_on_a_real_cluster_matches_local(tmp_path: Path, small_dir: Path, cluster: str) -> None:
     remote = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
     r = subprocess.run(
-        [sys.executable, "-m", "pipeline", "run", str(remote), "-q", "--scheduler", cluster,
-         "--set", "execution.partition_mb=0.5"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "run",
+            str(remote),
+            "-q",
+            "--scheduler",
+            cluster,
+            "--set",
+            "execution.partition_mb=0.5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     local_dir = tmp_path / "local"
     local_dir.mkdir()
     local = write_config(local_dir, str(small_dir / "**" / "*.tif"))
     r = subprocess.run(
         [sys.executable, "-m", "pipeline", "run", str(local), "-q", "--workers", "1"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     a = zarr.open_group(str(tmp_path / "out.zarr"), mode="r")
     b = zarr.open_group(str(local_dir / "out.zarr"), mode="r")
@@ -87,10 +126,23 @@ def test_run_on_a_real_cluster_matches_local(tmp_path: Path, small_dir: Path, cl
     assert {name for name, w in report["workers"].items() if w["tasks"] > 0} == {"w0", "w1"}
     # The workers have no GPU: --device gpu is refused, never silently run on the CPU.
     gpu = subprocess.run(
-        [sys.executable, "-m", "pipeline", "run", str(remote), "-q", "--scheduler", cluster, "--overwrite",
-         "--device", "gpu"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "run",
+            str(remote),
+            "-q",
+            "--scheduler",
+            cluster,
+            "--overwrite",
+            "--device",
+            "gpu",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert gpu.returncode == 2 and "no worker has a usable GPU" in gpu.stderr
 
 

@@ -26,15 +26,20 @@ from pipeline.resample.warp import GDAL_NAMES
 from tests.helpers import write_config
 
 
-def reference_cube(files: list[str], grid_crs: str, transform: Any, shape: tuple[int, int],
-                   method: str) -> np.ndarray:  # fmt: skip
+def reference_cube(files: list[str], grid_crs: str, transform: Any, shape: tuple[int, int], method: str) -> np.ndarray:
     """GDAL's answer: reproject each whole tile onto the grid, fuse 'first' in path order."""
     out = np.zeros(shape, "u2")
     for f in sorted(files):
         with rasterio.open(f) as src:
             dst = np.zeros(shape, "u2")
-            reproject(rasterio.band(src, 1), dst, dst_transform=transform, dst_crs=grid_crs,
-                      dst_nodata=0, resampling=Resampling[GDAL_NAMES.get(method, method)])  # fmt: skip
+            reproject(
+                rasterio.band(src, 1),
+                dst,
+                dst_transform=transform,
+                dst_crs=grid_crs,
+                dst_nodata=0,
+                resampling=Resampling[GDAL_NAMES.get(method, method)],
+            )
         out = np.where(out == 0, dst, out)
     return out
 
@@ -177,13 +182,19 @@ def test_bad_input_is_skipped_and_reported(tmp_path: Path, small_dir: Path) -> N
     ("method", "engine"),
     [(m, "auto") for m in ("cubic", "mode", "min", "max", "median")] + [("nearest", "kernels"), ("bilinear", "gdal")],
 )
-def test_other_methods_and_the_kernel_engine_match_gdal(tmp_path: Path, small_dir: Path, method: str,
-                                                       engine: str) -> None:  # fmt: skip
+def test_other_methods_and_the_kernel_engine_match_gdal(
+    tmp_path: Path, small_dir: Path, method: str, engine: str
+) -> None:
     cfg = load_config(
         write_config(tmp_path, str(small_dir / "**" / "*.tif")),
-        [f"resampling={method}", f"resampling_engine={engine}", "execution.workers=1", "execution.partition_mb=256",
-         "inputs.bands=[B02, B11]"],
-    )  # fmt: skip
+        [
+            f"resampling={method}",
+            f"resampling_engine={engine}",
+            "execution.workers=1",
+            "execution.partition_mb=256",
+            "inputs.bands=[B02, B11]",
+        ],
+    )
     assert run(cfg).exit_code == 0
     ds = xr.open_zarr(cfg.output.path, mask_and_scale=False)
     for band in ("B02", "B11"):
@@ -214,9 +225,17 @@ def test_skipping_covered_tiles_changes_nothing(tmp_path: Path, small_dir: Path,
         cfg = load_config(write_config(folder, str(data / "**" / "*.tif")), settings)
         _, plan = plan_run(cfg)
         _prepare_store(cfg, plan, overwrite=False, resume=False)
-        ctx = TaskContext(store_path=cfg.output.path, grid_crs=plan.grid.crs, grid_transform=plan.grid.transform,
-                          bands=plan.bands, resampling=plan.resampling, fuse=plan.fuse, on_error="fail",
-                          grid_width=plan.grid.shape_yx[1], skip_covered=skip)  # fmt: skip
+        ctx = TaskContext(
+            store_path=cfg.output.path,
+            grid_crs=plan.grid.crs,
+            grid_transform=plan.grid.transform,
+            bands=plan.bands,
+            resampling=plan.resampling,
+            fuse=plan.fuse,
+            on_error="fail",
+            grid_width=plan.grid.shape_yx[1],
+            skip_covered=skip,
+        )
         skipped.append(sum(run_partition(p, ctx)["windows_skipped"] for p in plan.partitions))
         group = zarr.open_group(cfg.output.path, mode="r")
         cubes.append({b.name: group[b.name][:] for b in plan.bands})

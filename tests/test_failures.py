@@ -68,8 +68,9 @@ def bad_inputs(tmp_path: Path, small_dir: Path) -> Path:
         with rasterio.open(d / "T90Z2_B02.tif", "w", driver="GTiff", width=32, height=32, count=1, dtype="uint16") as f:
             f.write(arr, 1)  # no CRS, no transform
     where = {"crs": "EPSG:32632", "transform": rasterio.transform.from_origin(300000, 4990000, 10, 10)}
-    with rasterio.open(d / "T90Z3_B02.tif", "w", driver="GTiff", width=32, height=32, count=1, dtype="float32",
-                       **where) as f:  # fmt: skip
+    with rasterio.open(
+        d / "T90Z3_B02.tif", "w", driver="GTiff", width=32, height=32, count=1, dtype="float32", **where
+    ) as f:
         f.write(arr.astype("float32"), 1)  # dtype differs from the band's other files
     os.symlink(d / "does-not-exist.tif", d / "T90Z4_B02.tif")  # unreadable: a dangling link
     if os.geteuid() != 0:  # root reads any file whatever its mode; a link stands in for it above
@@ -84,8 +85,14 @@ def test_bad_inputs_are_skipped_listed_and_exit_3(tmp_path: Path, bad_inputs: Pa
     assert r.returncode == 3, r.stderr
     report = json.loads((tmp_path / "out.report.json").read_text())
     skipped = {os.path.basename(s["path"]): s["error"] for s in report["inputs"]["skipped"]}
-    expected = {"T90Z0_B02.tif", "T90Z1_B02.tif", "T90Z2_B02.tif", "T90Z3_B02.tif", "T90Z4_B02.tif",
-                "T32A1_B11.tif"} | ({"T90Z5_B02.tif"} if os.geteuid() != 0 else set())  # fmt: skip
+    expected = {
+        "T90Z0_B02.tif",
+        "T90Z1_B02.tif",
+        "T90Z2_B02.tif",
+        "T90Z3_B02.tif",
+        "T90Z4_B02.tif",
+        "T32A1_B11.tif",
+    } | ({"T90Z5_B02.tif"} if os.geteuid() != 0 else set())
     assert set(skipped) == expected
     assert "CRS" in skipped["T90Z2_B02.tif"]
     assert "float32" in skipped["T90Z3_B02.tif"]
@@ -109,8 +116,9 @@ def test_on_error_fail_exits_1_naming_the_file(tmp_path: Path, small_dir: Path) 
     assert not store_is_complete(str(tmp_path / "out.zarr"))
 
 
-def test_file_deleted_between_indexing_and_reading(tmp_path: Path, small_dir: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_file_deleted_between_indexing_and_reading(
+    tmp_path: Path, small_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = tmp_path / "data"
     shutil.copytree(small_dir, data)
     victim = data / "2024-06-11" / "T31A0_B02.tif"
@@ -152,9 +160,25 @@ def _workers(pid: int) -> list[int]:
 
 def test_worker_killed_mid_run_is_rescheduled(tmp_path: Path, small_dir: Path, clean_cube: Path) -> None:
     cfg = write_config(tmp_path, str(small_dir / "**" / "*.tif"), output={"chunks": {"y": 64, "x": 64}})
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(cfg), "-q", "--workers", "2",
-                             "--set", "execution.partition_mb=0.05", "--set", "execution.scheduler=local-cluster"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "run",
+            str(cfg),
+            "-q",
+            "--workers",
+            "2",
+            "--set",
+            "execution.partition_mb=0.05",
+            "--set",
+            "execution.scheduler=local-cluster",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     journal = tmp_path / "out.zarr" / JOURNAL_DIR
     deadline = time.time() + 120
     while time.time() < deadline and not (journal.exists() and len(os.listdir(journal)) >= 2):
@@ -183,12 +207,14 @@ def _chattr(path: Path, immutable: list[Path]) -> None:
     immutable.append(path)
 
 
-def test_read_only_destination_then_resume(tmp_path: Path, small_dir: Path, clean_cube: Path,
-                                           immutable: list[Path]) -> None:  # fmt: skip
+def test_read_only_destination_then_resume(
+    tmp_path: Path, small_dir: Path, clean_cube: Path, immutable: list[Path]
+) -> None:
     dest = tmp_path / "dest"
     dest.mkdir()
-    cfg = write_config(tmp_path, str(small_dir / "**" / "*.tif"),
-                       output={"path": str(dest / "out.zarr"), "chunks": {"y": 64, "x": 64}})  # fmt: skip
+    cfg = write_config(
+        tmp_path, str(small_dir / "**" / "*.tif"), output={"path": str(dest / "out.zarr"), "chunks": {"y": 64, "x": 64}}
+    )
     _chattr(dest, immutable)
     r = cli("run", str(cfg), "-q", "--workers", "1")
     assert r.returncode == 1 and "cannot create the output store" in r.stderr
@@ -198,14 +224,32 @@ def test_read_only_destination_then_resume(tmp_path: Path, small_dir: Path, clea
     same_cube(dest / "out.zarr", clean_cube)
 
 
-def test_store_turning_read_only_mid_run_then_resume(tmp_path: Path, small_dir: Path, clean_cube: Path,
-                                                     immutable: list[Path]) -> None:  # fmt: skip
-    cfg = write_config(tmp_path, str(small_dir / "**" / "*.tif"), output={"chunks": {"y": 64, "x": 64}},
-                       execution={"retries": 0})  # fmt: skip
+def test_store_turning_read_only_mid_run_then_resume(
+    tmp_path: Path, small_dir: Path, clean_cube: Path, immutable: list[Path]
+) -> None:
+    cfg = write_config(
+        tmp_path, str(small_dir / "**" / "*.tif"), output={"chunks": {"y": 64, "x": 64}}, execution={"retries": 0}
+    )
     store = tmp_path / "out.zarr"
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(cfg), "-q", "--workers", "1",
-                             "--set", "execution.partition_mb=0.05", "--set", "execution.scheduler=local-cluster"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "run",
+            str(cfg),
+            "-q",
+            "--workers",
+            "1",
+            "--set",
+            "execution.partition_mb=0.05",
+            "--set",
+            "execution.scheduler=local-cluster",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     journal = store / JOURNAL_DIR
     deadline = time.time() + 120
     while time.time() < deadline and not (journal.exists() and len(os.listdir(journal)) >= 1):
@@ -248,9 +292,12 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_full_destination_then_resume(tmp_path: Path, small_dir: Path, clean_cube: Path, tiny_disk: Path) -> None:
-    cfg = write_config(tmp_path, str(small_dir / "**" / "*.tif"),
-                       output={"path": str(tiny_disk / "out.zarr"), "chunks": {"y": 64, "x": 64}},
-                       execution={"retries": 0})  # fmt: skip
+    cfg = write_config(
+        tmp_path,
+        str(small_dir / "**" / "*.tif"),
+        output={"path": str(tiny_disk / "out.zarr"), "chunks": {"y": 64, "x": 64}},
+        execution={"retries": 0},
+    )
     r = cli("run", str(cfg), "-q", "--workers", "1")
     assert r.returncode == 1
     assert "No space left on device" in r.stderr and "Traceback" not in r.stderr

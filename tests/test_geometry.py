@@ -103,8 +103,10 @@ def test_threads_sharing_the_cache_get_the_same_bits() -> None:
     maps = MapCache()
 
     def work(i: int) -> tuple[dict[tuple[int, int], np.ndarray], tuple[int, int]]:
-        got = {(i, k): warp_window(bands[i], tile, shape, dt, "EPSG:32632", 0.0, "average", maps=maps)
-               for k, tile in enumerate(tiles)}  # fmt: skip
+        got = {
+            (i, k): warp_window(bands[i], tile, shape, dt, "EPSG:32632", 0.0, "average", maps=maps)
+            for k, tile in enumerate(tiles)
+        }
         return got, (threading.get_ident(), maps.tally())
 
     with ThreadPoolExecutor(3) as pool:

@@ -50,14 +50,27 @@ def test_shards_are_what_zarr_python_writes(tmp_path: Path) -> None:
     for name in ("zarr", "ours"):
         paths[name] = str(tmp_path / f"{name}.zarr")
         group = zarr.create_group(store=paths[name], zarr_format=3)
-        group.create_array("b", shape=data.shape, chunks=(1, 64, 64), shards=(1, 128, 128), dtype="uint16",
-                           fill_value=0, compressors=[ZstdCodec(level=3)],
-                           dimension_names=["time", "y", "x"])  # fmt: skip
+        group.create_array(
+            "b",
+            shape=data.shape,
+            chunks=(1, 64, 64),
+            shards=(1, 128, 128),
+            dtype="uint16",
+            fill_value=0,
+            compressors=[ZstdCodec(level=3)],
+            dimension_names=["time", "y", "x"],
+        )
     zarr.open_array(paths["zarr"], path="b", mode="r+")[:] = data
     ref_meta = json.loads(Path(paths["zarr"], "b", "zarr.json").read_text())
-    ours_meta = write._array_json(data.shape, np.dtype("uint16"), (1, 128, 128), 0,
-                                  write._sharding_json(write._codecs_json("zstd", 3, np.dtype("uint16")), (1, 64, 64)),
-                                  ["time", "y", "x"], {})  # fmt: skip
+    ours_meta = write._array_json(
+        data.shape,
+        np.dtype("uint16"),
+        (1, 128, 128),
+        0,
+        write._sharding_json(write._codecs_json("zstd", 3, np.dtype("uint16")), (1, 64, 64)),
+        ["time", "y", "x"],
+        {},
+    )
     assert ours_meta == ref_meta
     writer = write.StoreWriter(paths["ours"])
     for r0 in range(0, 300, 64):
@@ -112,13 +125,18 @@ def test_a_sharded_plan_keeps_each_shard_in_one_partition(tmp_path: Path, small_
 
 
 def _s3_config(tmp_path: Path, small_dir: Path, url: str, endpoint: str, *extra: str) -> Any:
-    path = write_config(tmp_path, str(small_dir / "**" / "*.tif"), storage={"endpoint_url": endpoint},
-                        report={"path": str(tmp_path / "report.json")})  # fmt: skip
+    path = write_config(
+        tmp_path,
+        str(small_dir / "**" / "*.tif"),
+        storage={"endpoint_url": endpoint},
+        report={"path": str(tmp_path / "report.json")},
+    )
     return load_config(path, [f"output.path={url}", *extra])
 
 
-def test_s3_output_is_the_local_cube_bit_for_bit(tmp_path: Path, small_dir: Path, s3_server: Any,
-                                                 s3_bucket: str) -> None:  # fmt: skip
+def test_s3_output_is_the_local_cube_bit_for_bit(
+    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str
+) -> None:
     storage = StorageConfig(endpoint_url=s3_server.endpoint_url)
     url = f"s3://{s3_bucket}/cubes/small.zarr"
     remote = run(_s3_config(tmp_path, small_dir, url, s3_server.endpoint_url))
@@ -144,8 +162,9 @@ def test_s3_output_is_the_local_cube_bit_for_bit(tmp_path: Path, small_dir: Path
     assert diag["object_size"]["status"] == "warn" and "output.shards" in diag["object_size"]["advice"]
 
 
-def test_sharded_s3_output_holds_the_same_pixels_in_fewer_objects(tmp_path: Path, small_dir: Path, s3_server: Any,
-                                                                  s3_bucket: str) -> None:  # fmt: skip
+def test_sharded_s3_output_holds_the_same_pixels_in_fewer_objects(
+    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str
+) -> None:
     storage = StorageConfig(endpoint_url=s3_server.endpoint_url)
     url = f"s3://{s3_bucket}/sharded.zarr"
     sets = ["output.chunks={y: 64, x: 64}", "execution.partition_mb=0.2"]
@@ -168,8 +187,9 @@ def _plan(tmp_path: Path, small_dir: Path) -> Any:
 
 
 def _create(plan: Any, path: str, storage: StorageConfig | None = None, overwrite: bool = True) -> None:
-    write.create_store(plan, path, codec="zstd", level=3, config_hash="h", settings={}, overwrite=overwrite,
-                       storage=storage)  # fmt: skip
+    write.create_store(
+        plan, path, codec="zstd", level=3, config_hash="h", settings={}, overwrite=overwrite, storage=storage
+    )
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
@@ -214,16 +234,20 @@ def test_overwrite_replaces_a_store_of_the_pipeline_and_exit_2_otherwise(tmp_pat
     other.mkdir()
     (other / "data.csv").write_text("1,2")
     cfg = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
-    r = subprocess.run([sys.executable, "-m", "pipeline", "run", str(cfg), "--overwrite", "-q", "--set",
-                        f"output.path={other}"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "pipeline", "run", str(cfg), "--overwrite", "-q", "--set", f"output.path={other}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2 and "output.path" in r.stderr and str(other) in r.stderr
     assert (other / "data.csv").read_text() == "1,2" and sorted(os.listdir(other)) == ["data.csv"]
 
 
 @pytest.mark.parametrize("case", ["objects", "plain-object", "foreign-zarr", "ours-plus-an-object"])
-def test_overwrite_refuses_what_the_pipeline_did_not_write_in_a_bucket(tmp_path: Path, small_dir: Path,
-                                                                       s3_server: Any, s3_bucket: str,
-                                                                       case: str) -> None:  # fmt: skip
+def test_overwrite_refuses_what_the_pipeline_did_not_write_in_a_bucket(
+    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str, case: str
+) -> None:
     plan = _plan(tmp_path, small_dir)
     storage = StorageConfig(endpoint_url=s3_server.endpoint_url)
     client: Any = s3_server.client()
@@ -245,8 +269,9 @@ def test_overwrite_refuses_what_the_pipeline_did_not_write_in_a_bucket(tmp_path:
     assert _objects(f"s3://{s3_bucket}", storage) == before
 
 
-def test_overwrite_in_a_bucket_deletes_only_the_store_prefix(tmp_path: Path, small_dir: Path, s3_server: Any,
-                                                             s3_bucket: str) -> None:  # fmt: skip
+def test_overwrite_in_a_bucket_deletes_only_the_store_prefix(
+    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str
+) -> None:
     plan = _plan(tmp_path, small_dir)
     storage = StorageConfig(endpoint_url=s3_server.endpoint_url)
     client: Any = s3_server.client()

@@ -19,8 +19,9 @@ from tests.helpers import write_config
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline", "run", *args, "-q"], capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", "run", *args, "-q"], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_sigkill_then_resume_gives_the_same_cube(tmp_path: Path, small_dir: Path) -> None:
@@ -29,8 +30,12 @@ def test_sigkill_then_resume_gives_the_same_cube(tmp_path: Path, small_dir: Path
     killed_dir.mkdir()
     cfg = write_config(killed_dir, str(small_dir / "**" / "*.tif"))
     store = killed_dir / "out.zarr"
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(cfg), "-q", *sets],
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "run", str(cfg), "-q", *sets],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     journal = store / JOURNAL_DIR
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:

@@ -145,8 +145,9 @@ def test_missing_and_unreadable_objects_are_skipped_and_listed(tmp_path, s3_serv
     client = s3_server.client()
     client.put_object(Bucket=s3_bucket, Key="tiles/2024-06-01/T99Z9_B01.tif", Body=b"not a tiff")
     missing = f"s3://{s3_bucket}/tiles/2024-06-09/T00A0_B01.tif"
-    cfg = s3_config(tmp_path, s3_bucket, s3_server.endpoint_url,
-                    f"inputs.paths=[s3://{s3_bucket}/tiles/**/*.tif, {missing}]")  # fmt: skip
+    cfg = s3_config(
+        tmp_path, s3_bucket, s3_server.endpoint_url, f"inputs.paths=[s3://{s3_bucket}/tiles/**/*.tif, {missing}]"
+    )
     result = run(cfg)
     assert result.exit_code == 3
     skipped = {s["path"]: s["error"] for s in result.report["inputs"]["skipped"]}
@@ -161,8 +162,9 @@ def test_an_object_gone_after_indexing_is_skipped_at_read(tmp_path, s3_server, s
     build_catalog(cfg)
     gone = tiles[0]
     s3_server.client().delete_object(Bucket=s3_bucket, Key=gone.split(f"{s3_bucket}/", 1)[1])
-    trusted = s3_config(tmp_path / "t", s3_bucket, s3_server.endpoint_url, f"inputs.index={index}",
-                        "inputs.trust_index=true")  # fmt: skip
+    trusted = s3_config(
+        tmp_path / "t", s3_bucket, s3_server.endpoint_url, f"inputs.index={index}", "inputs.trust_index=true"
+    )
     result = run(trusted)
     assert result.exit_code == 3
     assert [s["path"] for s in result.report["inputs"]["skipped"]] == [gone]
@@ -170,13 +172,15 @@ def test_an_object_gone_after_indexing_is_skipped_at_read(tmp_path, s3_server, s
 
 def _cli_run(cfg_path: Path, *sets: str, extra: tuple[str, ...] | list[str] = ()) -> subprocess.CompletedProcess[str]:
     args = [a for s in sets for a in ("--set", s)] + list(extra)
-    return subprocess.run([sys.executable, "-m", "pipeline", "run", str(cfg_path), *args], capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", "run", str(cfg_path), *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_unknown_bucket_and_wrong_endpoint_exit_2_naming_them(tmp_path, s3_server, s3_bucket, tiles):
-    path = write_config(tmp_path, f"s3://no-such-bucket-{s3_bucket}/tiles/**/*.tif",
-                        storage={"endpoint_url": s3_server.endpoint_url})  # fmt: skip
+    path = write_config(
+        tmp_path, f"s3://no-such-bucket-{s3_bucket}/tiles/**/*.tif", storage={"endpoint_url": s3_server.endpoint_url}
+    )
     r = _cli_run(path)
     assert r.returncode == 2, r.stderr
     assert "config key 'inputs.paths'" in r.stderr and f"no-such-bucket-{s3_bucket}" in r.stderr
@@ -267,8 +271,9 @@ def test_the_index_can_live_in_the_bucket(tmp_path, s3_server, s3_bucket, tiles)
     assert s3_server.client().head_object(Bucket=s3_bucket, Key="index/tiles.parquet")["ContentLength"] > 0
     again = build_catalog(cfg)
     assert again.headers_read == 0 and len(again.tiles) == len(tiles)
-    trusted = s3_config(tmp_path / "t", s3_bucket, s3_server.endpoint_url, f"inputs.index={index}",
-                        "inputs.trust_index=true")  # fmt: skip
+    trusted = s3_config(
+        tmp_path / "t", s3_bucket, s3_server.endpoint_url, f"inputs.index={index}", "inputs.trust_index=true"
+    )
     assert list(build_catalog(trusted).tiles["path"]) == sorted(tiles)
 
 
@@ -333,6 +338,12 @@ def test_workers_get_credentials_set_after_the_fork_server_started(tmp_path, s3_
     )
     (tmp_path / "notebook.py").write_text(script)
     env = {k: v for k, v in os.environ.items() if k not in TEST_CREDENTIALS}
-    r = subprocess.run([sys.executable, str(tmp_path / "notebook.py")], capture_output=True, text=True,
-                       timeout=300, env=env, cwd=tmp_path)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, str(tmp_path / "notebook.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
     assert "exit 0 []" in r.stdout, r.stdout + r.stderr[-2000:]

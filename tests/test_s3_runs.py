@@ -34,8 +34,13 @@ def _local_cube(tmp_path: Path, small_dir: Path, *sets: str) -> dict[str, bytes]
 def _s3_config_file(tmp_path: Path, inputs: str, url: str, endpoint: str) -> Path:
     folder = tmp_path / "s3"
     folder.mkdir(exist_ok=True)
-    return write_config(folder, inputs, storage={"endpoint_url": endpoint}, output={"path": url},
-                        report={"path": str(folder / "report.json")})  # fmt: skip
+    return write_config(
+        folder,
+        inputs,
+        storage={"endpoint_url": endpoint},
+        output={"path": url},
+        report={"path": str(folder / "report.json")},
+    )
 
 
 def _assert_same(ours: dict[str, bytes], ref: dict[str, bytes]) -> None:
@@ -48,14 +53,19 @@ def _journal(client: Any, bucket: str, prefix: str) -> int:
     return int(listing.get("KeyCount", 0))
 
 
-def test_sigkill_during_an_s3_write_then_resume_gives_the_same_cube(tmp_path: Path, small_dir: Path, s3_server: Any,
-                                                                    s3_bucket: str) -> None:  # fmt: skip
+def test_sigkill_during_an_s3_write_then_resume_gives_the_same_cube(
+    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str
+) -> None:
     url = f"s3://{s3_bucket}/cube.zarr"
     cfg = _s3_config_file(tmp_path, str(small_dir / "**" / "*.tif"), url, s3_server.endpoint_url)
     sets = [a for s in SETS for a in ("--set", s)] + ["--workers", "1"]
     client: Any = s3_server.client()
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(cfg), "-q", *sets],
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "run", str(cfg), "-q", *sets],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None and _journal(client, s3_bucket, "cube.zarr") < 3:
         time.sleep(0.05)
@@ -69,8 +79,12 @@ def test_sigkill_during_an_s3_write_then_resume_gives_the_same_cube(tmp_path: Pa
     assert not store_is_complete(url, storage)
     done_before = _journal(client, s3_bucket, "cube.zarr")
 
-    r = subprocess.run([sys.executable, "-m", "pipeline", "run", str(cfg), "-q", *sets, "--resume"],
-                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "pipeline", "run", str(cfg), "-q", *sets, "--resume"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert store_is_complete(url, storage)
     report = json.loads((tmp_path / "s3" / "report.json").read_text())
@@ -79,26 +93,48 @@ def test_sigkill_during_an_s3_write_then_resume_gives_the_same_cube(tmp_path: Pa
     _assert_same(_cube_objects(url, storage), _local_cube(tmp_path, small_dir, *SETS))
 
 
-def test_a_dask_cluster_of_separate_processes_writes_the_bucket(tmp_path: Path, small_dir: Path, s3_server: Any,
-                                                                s3_bucket: str) -> None:  # fmt: skip
+def test_a_dask_cluster_of_separate_processes_writes_the_bucket(
+    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str
+) -> None:
     """``dask scheduler`` and two ``dask worker`` processes; the credentials are in their environment
     (their AWS chain), never in the task graph or the report."""
     port = free_port()
     dask = str(Path(sys.executable).with_name("dask"))
-    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
     try:
         for _ in range(2):
-            procs.append(subprocess.Popen([dask, "worker", f"tcp://127.0.0.1:{port}", "--nthreads", "1",
-                                           "--host", "127.0.0.1", "--no-dashboard", "--no-nanny"],
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+            procs.append(
+                subprocess.Popen(
+                    [
+                        dask,
+                        "worker",
+                        f"tcp://127.0.0.1:{port}",
+                        "--nthreads",
+                        "1",
+                        "--host",
+                        "127.0.0.1",
+                        "--no-dashboard",
+                        "--no-nanny",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
         from distributed import Client
 
         with Client(f"tcp://127.0.0.1:{port}", timeout="60s") as c:
             c.wait_for_workers(2, timeout=60)
         url = f"s3://{s3_bucket}/cluster.zarr"
-        cfg = load_config(_s3_config_file(tmp_path, str(small_dir / "**" / "*.tif"), url, s3_server.endpoint_url),
-                          [*SETS, f"execution.scheduler=tcp://127.0.0.1:{port}"])  # fmt: skip
+        cfg = load_config(
+            _s3_config_file(tmp_path, str(small_dir / "**" / "*.tif"), url, s3_server.endpoint_url),
+            [*SETS, f"execution.scheduler=tcp://127.0.0.1:{port}"],
+        )
         result = run(cfg)
         assert result.exit_code == 0
         assert len({t["worker"] for t in result.report["tasks"]}) == 2
@@ -115,8 +151,9 @@ def test_a_dask_cluster_of_separate_processes_writes_the_bucket(tmp_path: Path, 
                 p.kill()
 
 
-def test_s3_inputs_to_s3_output_give_the_local_cube(tmp_path: Path, small_dir: Path, s3_server: Any,
-                                                    s3_bucket: str) -> None:  # fmt: skip
+def test_s3_inputs_to_s3_output_give_the_local_cube(
+    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str
+) -> None:
     """Tiles in the bucket, cube in the bucket. Needs ``s3://`` globs and reads on the input side
     (catalog.py, read.py); skipped, saying so, where those are not there."""
     upload_tree(s3_server.client(), small_dir, s3_bucket, "tiles")
@@ -136,8 +173,9 @@ def test_s3_inputs_to_s3_output_give_the_local_cube(tmp_path: Path, small_dir: P
     _assert_same(ours, ref)
 
 
-def test_workers_get_credentials_set_after_the_fork_server(tmp_path: Path, small_dir: Path, s3_server: Any,
-                                                           s3_bucket: str) -> None:  # fmt: skip
+def test_workers_get_credentials_set_after_the_fork_server(
+    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str
+) -> None:
     """A long-lived process (a notebook) runs once, then gets credentials (or fresh ones), then writes a
     bucket: its local workers, forked from a server started before, must see the credentials as they are."""
     from tests.s3server import TEST_CREDENTIALS

@@ -60,8 +60,9 @@ def test_local_cluster_report_has_each_workers_memory(runs: dict[str, Any]) -> N
     assert all(10 < mb < 24_000 for mb in peaks.values())
 
 
-def test_a_failed_task_is_retried_under_threads(tmp_path: Path, small_dir: Path, runs: dict[str, Any],
-                                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_a_failed_task_is_retried_under_threads(
+    tmp_path: Path, small_dir: Path, runs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     real = pipeline.execute.runner.run_partition
     calls: dict[str, int] = {}
     victim: list[str] = []
@@ -75,8 +76,9 @@ def test_a_failed_task_is_retried_under_threads(tmp_path: Path, small_dir: Path,
         return real(p, *args)
 
     monkeypatch.setattr(pipeline.execute.runner, "run_partition", fails_once)
-    cfg = load_config(write_config(tmp_path, str(small_dir / "**" / "*.tif")),
-                      ["execution.scheduler=threads", "execution.retries=1"])  # fmt: skip
+    cfg = load_config(
+        write_config(tmp_path, str(small_dir / "**" / "*.tif")), ["execution.scheduler=threads", "execution.retries=1"]
+    )
     result = run(cfg)
     assert result.exit_code == 0 and calls[victim[0]] == 2
     assert len(result.report["tasks"]) == result.report["plan"]["partitions"]
@@ -93,8 +95,10 @@ def test_a_task_failing_past_its_retries_fails_the_run_under_threads(
         raise OSError("disk gone (planted)")
 
     monkeypatch.setattr(pipeline.execute.runner, "run_partition", always_fails)
-    cfg = load_config(write_config(tmp_path, str(small_dir / "**" / "*.tif")),
-                      ["execution.scheduler=threads", "execution.retries=2", "execution.partition_mb=256"])  # fmt: skip
+    cfg = load_config(
+        write_config(tmp_path, str(small_dir / "**" / "*.tif")),
+        ["execution.scheduler=threads", "execution.retries=2", "execution.partition_mb=256"],
+    )
     with pytest.raises(OSError, match="planted"):
         run(cfg)
     assert calls[0] == 3  # one partition: the first try and two retries

@@ -171,8 +171,13 @@ def test_stac_sources_give_the_glob_cube(
     source: str, stac_dir: Path, glob_cube: xr.Dataset, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     if source == "api":
-        inputs: dict[str, Any] = {"stac_search": {"url": request.getfixturevalue("stac_api"),
-                                                  "collections": ["pipeline-fixtures"], "max_items": 1000}}  # fmt: skip
+        inputs: dict[str, Any] = {
+            "stac_search": {
+                "url": request.getfixturevalue("stac_api"),
+                "collections": ["pipeline-fixtures"],
+                "max_items": 1000,
+            }
+        }
     else:
         inputs = {"stac": str(stac_dir / source)}
     result, ds = _run(tmp_path, inputs)
@@ -218,8 +223,9 @@ def test_missing_asset_and_broken_href_are_skipped_and_listed(stac_dir: Path, tm
     for k in [k for k in bare if k.startswith(("proj:", "raster:"))]:
         del bare[k]
     write_item_collection(items, str(tmp_path / "items.json"))
-    cfg = _config(tmp_path / "run", {"stac": str(tmp_path / "items.json"),
-                                     "assets": {"B02": "B02", "B04": "B04", "B11": "B11"}})  # fmt: skip
+    cfg = _config(
+        tmp_path / "run", {"stac": str(tmp_path / "items.json"), "assets": {"B02": "B02", "B04": "B04", "B11": "B11"}}
+    )
     r = CliRunner().invoke(main, ["run", str(cfg), "--report", str(tmp_path / "report.json"), "-q"])
     assert r.exit_code == 3, r.output
     report = json.loads((tmp_path / "report.json").read_text())
@@ -268,8 +274,9 @@ def test_dict_and_arrow_readers_agree(stac_dir: Path, tmp_path: Path) -> None:
             assert same, c
         # The planner's reader: only the planning fields of the wanted (or raster) assets, same table.
         skipped_p: list[dict[str, str]] = []
-        p = asset_rows_from_arrow(read_geoparquet_table(str(tmp_path / "items.parquet"), None, assets), assets,
-                                  base, skipped_p)  # fmt: skip
+        p = asset_rows_from_arrow(
+            read_geoparquet_table(str(tmp_path / "items.parquet"), None, assets), assets, base, skipped_p
+        )
         assert skipped_p == skipped_a
         for c in ASSET_COLUMNS:
             same = np.array_equal(p[c], a[c], equal_nan=True) if a[c].dtype.kind == "f" else list(p[c]) == list(a[c])

@@ -21,8 +21,9 @@ def _pair(tmp_path: Path, dtype: str, fill: float, compressors: list[object] | N
     for name in ("zarr", "direct"):
         path = str(tmp_path / f"{name}.zarr")
         group = zarr.create_group(store=path, zarr_format=3)
-        group.create_array("b", shape=(2, 300, 250), chunks=(1, 128, 128), dtype=dtype,
-                           fill_value=fill, compressors=compressors)  # fmt: skip
+        group.create_array(
+            "b", shape=(2, 300, 250), chunks=(1, 128, 128), dtype=dtype, fill_value=fill, compressors=compressors
+        )
         paths.append(path)
     return paths[0], paths[1]
 
@@ -37,8 +38,9 @@ def _pair(tmp_path: Path, dtype: str, fill: float, compressors: list[object] | N
         ("uint16", 0, [BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle")], False),
     ],
 )
-def test_direct_writes_equal_zarr_writes(tmp_path: Path, dtype: str, fill: float, compressors: list[object] | None,
-                                         direct: bool) -> None:  # fmt: skip
+def test_direct_writes_equal_zarr_writes(
+    tmp_path: Path, dtype: str, fill: float, compressors: list[object] | None, direct: bool
+) -> None:
     ref_path, path = _pair(tmp_path, dtype, fill, compressors)
     ref = zarr.open_array(ref_path, path="b", mode="r+")
     assert (write.open_array(path, "b").encode is not None) == direct
@@ -84,11 +86,17 @@ def test_a_store_made_again_at_the_same_path_is_not_written_with_stale_metadata(
         if os.path.exists(path):
             shutil.rmtree(path)
         group = zarr.create_group(store=path, zarr_format=3)
-        group.create_array("b", shape=(1, 128, 128), chunks=chunks, dtype="uint16", fill_value=0,
-                           compressors=compressors)  # fmt: skip
+        group.create_array(
+            "b", shape=(1, 128, 128), chunks=chunks, dtype="uint16", fill_value=0, compressors=compressors
+        )
         data = np.arange(64 * 64, dtype=np.uint16).reshape(64, 64) + 1
-        write.write_chunk(path, "b", 0, (0, 0, 64, 64) if chunks[1] == 64 else (0, 0, 128, 128),
-                          data if chunks[1] == 64 else np.tile(data, (2, 2)))  # fmt: skip
+        write.write_chunk(
+            path,
+            "b",
+            0,
+            (0, 0, 64, 64) if chunks[1] == 64 else (0, 0, 128, 128),
+            data if chunks[1] == 64 else np.tile(data, (2, 2)),
+        )
         got = zarr.open_array(path, path="b", mode="r")[0, :64, :64]
         np.testing.assert_array_equal(got, data)
 
@@ -103,19 +111,35 @@ def test_a_store_made_again_at_the_same_path_is_not_written_with_stale_metadata(
         ("float64", -np.inf, "zstd", [ZstdCodec(level=1)]),
     ],
 )
-def test_array_metadata_is_what_zarr_python_writes(tmp_path: Path, dtype: str, fill: float, codec: str,
-                                                   compressors: list[object] | None) -> None:  # fmt: skip
+def test_array_metadata_is_what_zarr_python_writes(
+    tmp_path: Path, dtype: str, fill: float, codec: str, compressors: list[object] | None
+) -> None:
     """The template is written as JSON without zarr-python (its import cost the driver 0.26 s): each array's
     metadata must be the document zarr-python itself writes for the same array."""
     import json
 
     group = zarr.create_group(store=str(tmp_path / "ref.zarr"), zarr_format=3)
-    group.create_array("b", shape=(2, 300, 250), chunks=(1, 128, 128), dtype=dtype, fill_value=fill,
-                       compressors=compressors, dimension_names=["time", "y", "x"], attributes={"k": 1})  # fmt: skip
+    group.create_array(
+        "b",
+        shape=(2, 300, 250),
+        chunks=(1, 128, 128),
+        dtype=dtype,
+        fill_value=fill,
+        compressors=compressors,
+        dimension_names=["time", "y", "x"],
+        attributes={"k": 1},
+    )
     ref = json.loads((tmp_path / "ref.zarr" / "b" / "zarr.json").read_text())
     d = np.dtype(dtype)
-    ours = write._array_json((2, 300, 250), d, (1, 128, 128), fill, write._codecs_json(codec, 3 if codec == "zstd"
-                             else 4 if codec == "gzip" else 5, d), ["time", "y", "x"], {"k": 1})  # fmt: skip
+    ours = write._array_json(
+        (2, 300, 250),
+        d,
+        (1, 128, 128),
+        fill,
+        write._codecs_json(codec, 3 if codec == "zstd" else 4 if codec == "gzip" else 5, d),
+        ["time", "y", "x"],
+        {"k": 1},
+    )
     if codec == "zstd" and dtype == "float64":
         ours["codecs"][1]["configuration"]["level"] = 1
     assert ours == ref
@@ -132,8 +156,9 @@ def test_finalised_store_is_consolidated_as_zarr_does_it(tmp_path: Path, small_d
     cfg = load_config(write_config(tmp_path, str(small_dir / "**" / "*.tif")))
     _, plan = plan_run(cfg)
     for name in ("a.zarr", "b.zarr"):
-        write.create_store(plan, str(tmp_path / name), codec="zstd", level=3, config_hash="h", settings={},
-                           overwrite=False)  # fmt: skip
+        write.create_store(
+            plan, str(tmp_path / name), codec="zstd", level=3, config_hash="h", settings={}, overwrite=False
+        )
     write.finalize_store(str(tmp_path / "a.zarr"))
     group = zarr.open_group(str(tmp_path / "b.zarr"), mode="r+")
     group.attrs["pipeline_complete"] = True

@@ -128,8 +128,9 @@ class Partition:
         return _unpack_partition, (self.index, self.key, self.cost_bytes, tuple(bands), prefix, rows, blob)
 
 
-def _unpack_partition(index: int, key: str, cost: int, bands: tuple[str, ...], prefix: str,
-                      rows: tuple[tuple[Any, ...], ...], blob: bytes) -> Partition:  # fmt: skip
+def _unpack_partition(
+    index: int, key: str, cost: int, bands: tuple[str, ...], prefix: str, rows: tuple[tuple[Any, ...], ...], blob: bytes
+) -> Partition:
     src_file, src_win, src_cf, src_dst, job_rows, job_cost = pickle.loads(zlib.decompress(blob))
     file_rows = tuple((prefix + r[0], *r[1:]) for r in rows)
     jobs, s = [], 0
@@ -141,12 +142,23 @@ def _unpack_partition(index: int, key: str, cost: int, bands: tuple[str, ...], p
             c, f = (float(v) for v in src_cf[k])
             wr, wc, wh, ww = (int(v) for v in src_win[k])
             dr, dc, dh, dw = (int(v) for v in src_dst[k])
-            sources.append(SourceWindow(path=path, overview_level=level, window=(wr, wc, wh, ww),
-                                        transform=(a, bb, c, d, e, f), crs=crs, nodata=nodata,
-                                        dst_window=None if dh < 0 else (dr, dc, dh, dw)))  # fmt: skip
+            sources.append(
+                SourceWindow(
+                    path=path,
+                    overview_level=level,
+                    window=(wr, wc, wh, ww),
+                    transform=(a, bb, c, d, e, f),
+                    crs=crs,
+                    nodata=nodata,
+                    dst_window=None if dh < 0 else (dr, dc, dh, dw),
+                )
+            )
         s += n
-        jobs.append(ChunkJob(band=bands[b], t=t, cy=cy, cx=cx, window=(r0, c0, h, w), sources=tuple(sources),
-                             cost_bytes=cost_bytes))  # fmt: skip
+        jobs.append(
+            ChunkJob(
+                band=bands[b], t=t, cy=cy, cx=cx, window=(r0, c0, h, w), sources=tuple(sources), cost_bytes=cost_bytes
+            )
+        )
     return Partition(index=index, key=key, jobs=tuple(jobs), cost_bytes=cost)
 
 
@@ -337,9 +349,11 @@ def compute_plan(
     footprints = compute_footprints(tiles, crs)
     if bounds is None:
         bounds = (
-            float(np.nanmin(footprints[:, 0])), float(np.nanmin(footprints[:, 1])),
-            float(np.nanmax(footprints[:, 2])), float(np.nanmax(footprints[:, 3])),
-        )  # fmt: skip
+            float(np.nanmin(footprints[:, 0])),
+            float(np.nanmin(footprints[:, 1])),
+            float(np.nanmax(footprints[:, 2])),
+            float(np.nanmax(footprints[:, 3])),
+        )
     grid = compute_grid(crs, res_xy, chunks_yx, bounds)
     bands = compute_band_specs(tiles, bands_order, band_attrs)
     band_index = {b.name: i for i, b in enumerate(bands)}
@@ -404,10 +418,22 @@ def compute_plan(
     part_start = pack_partitions(job_cost, partition_mb * 1e6, group_start=group_first, unit_start=unit_first)
 
     tables = PlanTables(
-        paths=paths, crs=tiles["crs"].astype(object), nodata=tiles["nodata"].astype("f8"),
-        levels=levels, aff=aff, footprints=footprints, pair_tile=tile_of, pair_win=win, job_band=job_band, job_t=job_t,
-        job_cy=job_cy, job_cx=job_cx, job_start=job_start, job_cost=job_cost, part_start=part_start,
-    )  # fmt: skip
+        paths=paths,
+        crs=tiles["crs"].astype(object),
+        nodata=tiles["nodata"].astype("f8"),
+        levels=levels,
+        aff=aff,
+        footprints=footprints,
+        pair_tile=tile_of,
+        pair_win=win,
+        job_band=job_band,
+        job_t=job_t,
+        job_cy=job_cy,
+        job_cx=job_cx,
+        job_start=job_start,
+        job_cost=job_cost,
+        part_start=part_start,
+    )
     read = np.zeros(len(tiles), dtype=bool)
     read[tile_of] = True
     return Plan(
@@ -430,9 +456,14 @@ def compute_plan(
     )
 
 
-def pack_partitions(job_cost: np.ndarray, target_bytes: float, split_factor: float = 3.0,
-                    group_start: np.ndarray | None = None, snap: float = SNAP_TO_GROUP,
-                    unit_start: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+def pack_partitions(
+    job_cost: np.ndarray,
+    target_bytes: float,
+    split_factor: float = 3.0,
+    group_start: np.ndarray | None = None,
+    snap: float = SNAP_TO_GROUP,
+    unit_start: np.ndarray | None = None,
+) -> np.ndarray:
     """Offsets of partitions over the jobs, in job order.
 
     ``unit_start``: the first job of each run of jobs that must stay in one partition (one shard's

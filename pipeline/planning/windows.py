@@ -30,9 +30,19 @@ OVERVIEW_METHODS = frozenset(name for name, m in METHODS.items() if m.reads_over
 # An overview is used when its pixel is at most this much coarser than the target pixel.
 OVERVIEW_TOLERANCE = 1.01
 
-_HASH_MULTIPLIERS = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93,
-                              0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x94D049BB133111EB, 0xBF58476D1CE4E5B9],
-                             dtype=np.uint64)  # fmt: skip
+_HASH_MULTIPLIERS = np.array(
+    [
+        0x9E3779B97F4A7C15,
+        0xC2B2AE3D27D4EB4F,
+        0x165667B19E3779F9,
+        0xD6E8FEB86659FD93,
+        0xFF51AFD7ED558CCD,
+        0xC4CEB9FE1A85EC53,
+        0x94D049BB133111EB,
+        0xBF58476D1CE4E5B9,
+    ],
+    dtype=np.uint64,
+)
 
 
 def distinct_rows(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -137,9 +147,15 @@ def level_transforms(
 
 
 def chunk_windows(
-    grid: GridSpec, footprints: np.ndarray, aff: np.ndarray, lw: np.ndarray, lh: np.ndarray,
-    crs_code: np.ndarray, crs_names: list[str], pad: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    grid: GridSpec,
+    footprints: np.ndarray,
+    aff: np.ndarray,
+    lw: np.ndarray,
+    lh: np.ndarray,
+    crs_code: np.ndarray,
+    crs_names: list[str],
+    pad: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every (tile, chunk) pair with a non-empty source window, in tile order and, within a tile, in
     row-major chunk order: (tile, chunk row, chunk column, window (pairs, 4): row0, col0, row1, col1 at
     the tile's level, padded by ``pad`` and clipped to the tile). A tile's footprint in the grid CRS
