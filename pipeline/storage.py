@@ -300,6 +300,7 @@ def glob_regex(key_pattern: str) -> re.Pattern[str]:
 
 
 def is_glob(path: str) -> bool:
+    """Whether ``path`` holds a glob wildcard (``*``, ``?``, ``[``)."""
     return any(ch in path for ch in "*?[")
 
 

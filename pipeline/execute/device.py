@@ -45,6 +45,8 @@ PARITY_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "pipeline", "gpu_
 
 @dataclass(frozen=True)
 class GpuInfo:
+    """Whether this process can use a GPU, and why not or which one (:func:`detect_gpu`)."""
+
     available: bool
     reason: str
     """Why not, or the device's name."""

@@ -321,6 +321,9 @@ def _catalog_from(headers: TileTable, config: Config, skipped: list[dict[str, st
 
 
 def finish_table(tiles: TileTable, config: Config, skipped: list[dict[str, str]]) -> TileTable:
+    """The table a run plans from: only the configured bands (an error naming the missing ones), one dtype per
+    band (the majority; files of another are skipped and listed), nodata filled from the config where a file
+    declares none."""
     if config.inputs.bands is not None:
         found = set(tiles["band"])
         missing = [b for b in config.inputs.bands if b not in found]

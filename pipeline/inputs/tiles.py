@@ -96,6 +96,7 @@ class TileTable:
 
     @property
     def columns(self) -> list[str]:
+        """The column names, in table order."""
         return list(self._columns)
 
     def __len__(self) -> int:
@@ -112,12 +113,15 @@ class TileTable:
         return TileTable({c: v[which] for c, v in self._columns.items()})
 
     def select(self, names: list[str]) -> TileTable:
+        """A table of only these columns, in this order."""
         return TileTable({c: self._columns[c] for c in names})
 
     def assign(self, **columns: np.ndarray) -> TileTable:
+        """A table with these columns added or replaced."""
         return TileTable({**self._columns, **columns})
 
     def row(self, i: int) -> dict[str, Any]:
+        """Row ``i`` as a mapping of column to value."""
         return {c: v[i] for c, v in self._columns.items()}
 
     def codes(self, name: str) -> tuple[list[Any], np.ndarray]:
@@ -135,6 +139,7 @@ class TileTable:
         return {v: order[bounds[k] : bounds[k + 1]] for k, v in enumerate(values)}
 
     def to_pandas(self) -> Any:
+        """A pandas DataFrame of the columns (imports pandas: for tests, benches and notebooks)."""
         import pandas as pd
 
         return pd.DataFrame(self._columns)
@@ -142,6 +147,8 @@ class TileTable:
 
 @dataclass
 class Catalog:
+    """What finding the inputs produced: the tile table, what was skipped, and what it cost."""
+
     tiles: TileTable
     """The tile table, sorted by path (the order ``fuse: first/last`` follows)."""
     skipped: list[dict[str, str]] = field(default_factory=list)

@@ -96,20 +96,24 @@ class GridSpec:
 
     @property
     def affine(self) -> Affine:
+        """The transform as an ``affine.Affine``."""
         return Affine(*self.transform)
 
     @property
     def res_xy(self) -> tuple[float, float]:
+        """Pixel size (x, y), both positive."""
         return self.transform[0], -self.transform[4]
 
     @property
     def bounds(self) -> tuple[float, float, float, float]:
+        """(xmin, ymin, xmax, ymax) of the whole grid."""
         a, _, c, _, e, f = self.transform
         h, w = self.shape_yx
         return c, f + e * h, c + a * w, f
 
     @property
     def n_chunks_yx(self) -> tuple[int, int]:
+        """Chunks along y and x, edge chunks included."""
         return math.ceil(self.shape_yx[0] / self.chunks_yx[0]), math.ceil(self.shape_yx[1] / self.chunks_yx[1])
 
     def chunk_window(self, cy: int, cx: int) -> tuple[int, int, int, int]:

@@ -164,6 +164,8 @@ def _unpack_partition(
 
 @dataclass(frozen=True)
 class BandSpec:
+    """One output band: its name, dtype, fill value and extra attributes."""
+
     name: str
     dtype: str
     nodata: float
@@ -248,9 +250,11 @@ class Partitions(Sequence[Partition]):
         return f"{self._prefix}-{i:06d}-{hashlib.blake2b(ident.encode(), digest_size=6).hexdigest()}"
 
     def keys(self) -> list[str]:
+        """Every partition's task key, in partition order."""
         return [self.key(i) for i in range(len(self))]
 
     def costs(self) -> np.ndarray:
+        """Every partition's planned cost (bytes read and written), in partition order."""
         return np.add.reduceat(self._t.job_cost, self._t.part_start[:-1]) if len(self) else np.zeros(0)
 
     def _job(self, j: int) -> ChunkJob:
@@ -285,6 +289,8 @@ class Partitions(Sequence[Partition]):
 
 @dataclass(frozen=True)
 class Plan:
+    """The whole run's plan: grid, bands, times, method, fusion, the partitions and what they add up to."""
+
     grid: GridSpec
     bands: tuple[BandSpec, ...]
     times: tuple[str, ...]
@@ -310,6 +316,8 @@ class Plan:
 def compute_band_specs(
     tiles: TileTable, bands_order: tuple[str, ...] | None, band_attrs: dict[str, dict[str, float]] | None = None
 ) -> tuple[BandSpec, ...]:
+    """The output bands in config order (else sorted), each with its tiles' dtype and nodata and any extra
+    attributes."""
     groups = tiles.groups("band")
     names = list(bands_order) if bands_order else sorted(groups)
     specs = []

@@ -98,6 +98,7 @@ def project_bytes(report: dict[str, Any], files: int, input_bytes: float, target
 
 
 def format_estimate(e: dict[str, Any], title: str) -> str:
+    """An estimate (:func:`estimate_for_plan`) as text: bytes, task-seconds per stage and the workers it needs."""
     total = sum(e["task_s"].values()) or 1.0
     lines = [
         f"{title}",

@@ -40,6 +40,7 @@ class StageClock:
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        """Time the block as stage ``name`` (added to what it already has)."""
         t = time.perf_counter()
         try:
             yield
@@ -47,6 +48,7 @@ class StageClock:
             self.seconds[name] += time.perf_counter() - t
 
     def elapsed(self) -> float:
+        """Seconds since the clock was made."""
         return time.perf_counter() - self.t0
 
 
@@ -67,6 +69,7 @@ def compute_stages(
 
 
 def summarise_workers(tasks: list[dict[str, Any]], names: list[str]) -> dict[str, dict[str, float]]:
+    """Tasks and busy seconds per worker; every name in ``names`` appears, idle ones with zeros."""
     out: dict[str, dict[str, float]] = {n: {"tasks": 0, "busy_s": 0.0} for n in names}
     for t in tasks:
         w = out.setdefault(t["worker"], {"tasks": 0, "busy_s": 0.0})
@@ -76,6 +79,7 @@ def summarise_workers(tasks: list[dict[str, Any]], names: list[str]) -> dict[str
 
 
 def max_concurrency(tasks: list[dict[str, Any]]) -> int:
+    """The most tasks that ran at one time."""
     events = sorted([(t["start"], 1) for t in tasks] + [(t["end"], -1) for t in tasks])
     best = cur = 0
     for _, d in events:
@@ -164,6 +168,7 @@ def _format_scheduler(report: dict[str, Any]) -> str:
 
 
 def write_report(report: dict[str, Any], path: str) -> None:
+    """Write the report as JSON at ``path``, atomically (a temporary file, then a rename)."""
     import os
 
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -174,5 +179,6 @@ def write_report(report: dict[str, Any], path: str) -> None:
 
 
 def read_report(path: str) -> dict[str, Any]:
+    """A report written by :func:`write_report`."""
     with open(path) as f:
         return json.load(f)

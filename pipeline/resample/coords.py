@@ -54,6 +54,7 @@ class LineMap:
         return replace(self, x0=self.x0 + dx, y0=self.y0 + dy)
 
     def one_per_row(self) -> bool:
+        """Whether the map has one segment per destination row (no row is split)."""
         return int(self.row_ptr.shape[0]) - 1 == int(self.count.shape[0])
 
     def _fill(self, x: Any, y: Any, seg: Any, j: Any, xp: Any) -> None:
@@ -144,6 +145,7 @@ class CoordMap:
 
     @property
     def separable(self) -> bool:
+        """Whether x depends only on the column and y only on the row (the map is two vectors)."""
         return self.xe is not None
 
     def to(self, xp: Any) -> CoordMap:

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Method:
+    """One resampling method and every fact the planner, the kernels and device choice need about it."""
+
     name: str
     """The config's name (``resampling:``)."""
     family: str

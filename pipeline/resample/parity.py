@@ -75,6 +75,7 @@ def agree(method: str, reference: np.ndarray, other: np.ndarray) -> bool:
 
 
 def to_host(a: Any) -> np.ndarray:
+    """A device array copied to the host as NumPy (NumPy arrays pass through)."""
     return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
 
 

@@ -20,6 +20,8 @@ TARGET_S = 180.0
 
 
 def run_demo(project_root: str, workers: int | None = None, echo: Callable[[str], Any] = print) -> int:
+    """``pipeline demo``: write the case-study fixtures (once), run them, print the breakdown and the
+    projection to the full 192,000-file case study; the exit code."""
     from pipeline.config import load_config
     from pipeline.execute.runner import plan_run, run, summarise_plan
     from pipeline.report.sizing import estimate_for_plan, format_estimate, project_bytes

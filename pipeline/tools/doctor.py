@@ -15,6 +15,7 @@ def _version(dist: str) -> str:
 
 
 def collect() -> dict[str, str]:
+    """Versions, cores, memory and the GPU verdict of this machine, as ``pipeline doctor`` prints them."""
     import rasterio
 
     from pipeline import __version__

@@ -44,6 +44,8 @@ ZONE_BOUNDARY_LON = 6.0
 
 @dataclass(frozen=True)
 class Preset:
+    """A fixture layout: bands, tile size, tiles per UTM zone, zones, dates and grid settings."""
+
     bands: tuple[str, ...]
     tile_m: int
     """Tile edge in metres (a multiple of 60, so every band's grid is whole)."""
@@ -94,6 +96,8 @@ PRESETS: dict[str, Preset] = {
 
 @dataclass(frozen=True)
 class TileSpec:
+    """One fixture tile: its name, UTM zone and where it lies."""
+
     name: str
     epsg: int
     x0: float
