@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -9,6 +10,8 @@ import yaml
 from pipeline.config import load_config
 from pipeline.errors import ConfigError
 from tests.helpers import PATTERN, write_config
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _cfg(tmp_path: Path, raw: dict) -> Path:
@@ -475,3 +478,40 @@ def test_pipeline_config_prints_the_resolved_config_and_the_schema(
     jsonschema.validate(printed, schema)
     bad = cli(str(p), "--set", "output.chunks.z=3")
     assert bad.returncode == 2 and "config key 'output.chunks.z': unknown key (known here: y, x)" in bad.stderr
+
+
+def test_readme_config_block_names_every_key_and_no_other() -> None:
+    """The README's annotated config lists every key of the model (a key under a section shown as
+    ``null`` counts as shown) and no key the model does not have: the overview cannot drift from the
+    model, whose descriptions (``pipeline config --schema``) are the reference."""
+    from pydantic import BaseModel
+
+    from pipeline.config.model import Config
+
+    def model_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+        out = []
+        for name, field in model.model_fields.items():
+            key = prefix + (field.alias or name)
+            out.append(key)
+            for t in (*getattr(field.annotation, "__args__", ()), field.annotation):
+                if isinstance(t, type) and issubclass(t, BaseModel):
+                    out += model_keys(t, key + ".")
+        return out
+
+    def readme_keys(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+        out = {}
+        for k, v in mapping.items():
+            out[prefix + k] = v
+            if isinstance(v, dict) and v:
+                out.update(readme_keys(v, prefix + k + "."))
+        return out
+
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## The config", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    shown = readme_keys(yaml.safe_load(block))
+    missing = [
+        k for k in model_keys(Config) if k not in shown and shown.get(k.rpartition(".")[0], "section") is not None
+    ]
+    assert missing == [], f"README's config block lacks {missing}"
+    unknown = sorted(set(shown) - set(model_keys(Config)))
+    assert unknown == [], f"README's config block names keys the model does not have: {unknown}"
