@@ -9,9 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    import xarray
+from pipeline.store.cube import open_cube
 
+__all__ = ["PlanSummary", "Report", "open_cube", "plan", "run", "storage_options"]
+
+if TYPE_CHECKING:
     from pipeline.config.model import Config
     from pipeline.execute.runner import RunResult
     from pipeline.planning.grid import GridSpec
@@ -125,13 +127,3 @@ def storage_options(config: Config) -> dict[str, Any] | None:
     from pipeline.storage import storage_options as s3fs_options
 
     return s3fs_options(config.storage) if is_url(config.output.path) else None
-
-
-def open_cube(config: Config) -> xarray.Dataset:
-    """The written cube as a lazy ``xarray.Dataset`` (one variable per band, dims time, y, x)."""
-    import xarray as xr
-
-    from pipeline.storage import zarr_store
-
-    # zarr-python's own store (obstore for a bucket): no fsspec/s3fs needed to read the cube back.
-    return xr.open_zarr(zarr_store(config.output.path, config.storage), consolidated=True)

@@ -69,7 +69,7 @@ class RunResult:
 
     def open(self) -> Any:
         """The written cube as a lazy ``xarray.Dataset``."""
-        from pipeline.api import open_cube
+        from pipeline.store.cube import open_cube
 
         if self.config is None:
             raise ValueError("this result has no config to find its store by")

@@ -1,0 +1,20 @@
+"""Reading a written cube back: one lazy ``xarray.Dataset`` through zarr-python's own store (obstore
+for a bucket), so no fsspec or s3fs is needed."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import xarray
+
+    from pipeline.config.model import Config
+
+
+def open_cube(config: Config) -> xarray.Dataset:
+    """The written cube as a lazy ``xarray.Dataset`` (one variable per band, dims time, y, x)."""
+    import xarray as xr
+
+    from pipeline.storage import zarr_store
+
+    return xr.open_zarr(zarr_store(config.output.path, config.storage), consolidated=True)

@@ -1,0 +1,106 @@
+"""The layout's rules (docs/architecture.md), checked on every module's imports, top-level and inside
+functions alike: imports go one way, cli/api -> execute -> stages -> kernels."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parent.parent / "pipeline"
+KERNELS = {"methods", "coords", "kernels", "point", "weighted", "footprint", "rank", "common", "fuse", "parity"}
+"""The pure kernel modules of :mod:`pipeline.resample` (its ``warp`` and ``transform`` are stage glue)."""
+STAGES = ("pipeline.inputs", "pipeline.planning", "pipeline.resample", "pipeline.store", "pipeline.report")
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports() -> dict[str, set[str]]:
+    """Every module of the package and the modules it imports (absolute names, relative ones resolved)."""
+    out: dict[str, set[str]] = {}
+    for path in sorted(PKG.rglob("*.py")):
+        name = _module(path)
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                base = node.module
+                if node.level:
+                    base = ".".join(name.split(".")[: -node.level] + [node.module])
+                found.add(base)
+                found.update(f"{base}.{a.name}" for a in node.names)  # `from pipeline.x import module`
+        out[name] = found
+    return out
+
+
+IMPORTS = _imports()
+
+
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def _is_kernel(name: str) -> bool:
+    return name.startswith("pipeline.resample.") and name.rsplit(".", 1)[1] in KERNELS
+
+
+def _ours(imported: set[str]) -> set[str]:
+    return {m for m in imported if m in IMPORTS}
+
+
+def test_the_walk_finds_the_packages() -> None:
+    assert {"pipeline.cli", "pipeline.execute.runner", "pipeline.inputs.catalog", "pipeline.resample.point"} <= set(
+        IMPORTS
+    )
+    assert "pipeline.planning.plan" in IMPORTS["pipeline.execute.task"]
+
+
+def test_kernels_import_only_numpy_and_each_other() -> None:
+    """Kernels are pure: no rasterio, pyproj, dask, zarr, xarray or pyarrow, no other part of pipeline."""
+    heavy = ("rasterio", "pyproj", "dask", "distributed", "zarr", "xarray", "pyarrow", "obstore", "affine")
+    for name, imported in IMPORTS.items():
+        if not _is_kernel(name):
+            continue
+        assert not [m for m in imported if m.split(".")[0] in heavy], name
+        assert all(_is_kernel(m) or m == "pipeline.resample" for m in _ours(imported)), (name, _ours(imported))
+
+
+def test_stages_never_import_execute_api_cli_or_tools() -> None:
+    for name, imported in IMPORTS.items():
+        if any(_within(name, s) for s in STAGES) or name in ("pipeline.storage", "pipeline.errors"):
+            upward = [
+                m
+                for m in _ours(imported)
+                if _within(m, "pipeline.execute")
+                or m in ("pipeline.api", "pipeline.cli")
+                or _within(m, "pipeline.tools")
+            ]
+            assert upward == [], (name, upward)
+
+
+def test_only_the_entry_points_import_execute() -> None:
+    allowed = ("pipeline.execute", "pipeline.api", "pipeline.cli", "pipeline.tools")
+    for name, imported in IMPORTS.items():
+        if name != "pipeline" and any(_within(m, "pipeline.execute") for m in _ours(imported)):
+            assert any(_within(name, a) for a in allowed), name
+
+
+def test_nothing_imports_the_cli_and_only_the_cli_imports_the_api() -> None:
+    """(The package's ``__init__`` names the API's objects for type checkers; at run time they load lazily.)"""
+    for name, imported in IMPORTS.items():
+        if name != "pipeline.__main__":
+            assert "pipeline.cli" not in imported, name
+        if name not in ("pipeline.cli", "pipeline"):
+            assert "pipeline.api" not in imported, name
+
+
+def test_planning_and_report_do_no_io() -> None:
+    """Planning is pure and the report works on the records it is handed: neither imports a reader,
+    a store, another stage's I/O or the object-store layer."""
+    io = ("rasterio", "obstore", "zarr", "pipeline.storage", "pipeline.inputs.read", "pipeline.store")
+    for name, imported in IMPORTS.items():
+        if _within(name, "pipeline.planning") or _within(name, "pipeline.report"):
+            assert not [m for m in imported if any(_within(m, p) for p in io)], name
