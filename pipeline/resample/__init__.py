@@ -13,7 +13,8 @@ that feeds them.
   (GDAL's approximate transformer, vectorised): the only modules here that import pyproj or rasterio.
 """
 
-from pipeline.resample.fuse import FirstValid, fuse_arrays, valid_mask
+from pipeline.resample.common import valid_mask
+from pipeline.resample.fuse import FirstValid, fuse_arrays
 from pipeline.resample.kernels import KERNEL_METHODS, CoordMap, resample
 
 __all__ = ["KERNEL_METHODS", "CoordMap", "FirstValid", "fuse_arrays", "resample", "valid_mask"]

@@ -1,4 +1,5 @@
-"""What every kernel family shares: tuning constants, row blocks, framing, and the taps (which source
+"""What every kernel family (and the fusion) shares: the array module of an array, nodata masks and
+fills, tuning constants, row blocks, framing, and the taps (which source
 pixels a destination pixel reads, and with what weights). Pure array code for NumPy and CuPy."""
 
 from __future__ import annotations
@@ -10,7 +11,33 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.resample.fuse import nodata_fill
+
+def get_xp(array: Any) -> Any:
+    """The array module of ``array``: numpy, or cupy for cupy arrays (imported only then)."""
+    if type(array).__module__.startswith("cupy"):
+        import cupy
+
+        return cupy
+    import numpy
+
+    return numpy
+
+
+def valid_mask(array: Any, nodata: float, xp: Any = None) -> Any:
+    """True where ``array`` holds data: not equal to ``nodata`` and, for floats, not NaN."""
+    xp = xp or get_xp(array)
+    if array.dtype.kind == "f":
+        ok = ~xp.isnan(array)
+        return ok if math.isnan(nodata) else ok & (array != nodata)
+    if math.isnan(nodata):
+        return xp.ones(array.shape, dtype=bool)
+    return array != nodata
+
+
+def nodata_fill(nodata: float, dtype: Any, xp: Any) -> Any:
+    """``nodata`` as a scalar of ``dtype``: 0 for an integer type whose nodata is NaN (none declared)."""
+    return xp.asarray(0 if math.isnan(nodata) and xp.dtype(dtype).kind != "f" else nodata).astype(dtype)
+
 
 EPS = 1e-10
 """GDAL's nudge before flooring a source coordinate."""

@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.resample import common
-from pipeline.resample.common import _finish, _kept, _ordered, _row_blocks
+from pipeline.resample.common import _finish, _kept, _ordered, _row_blocks, get_xp, valid_mask
 from pipeline.resample.coords import CoordMap
-from pipeline.resample.fuse import get_xp, valid_mask
 from pipeline.resample.weighted import BlockTaps, _general_mean, _separable_mean
 
 

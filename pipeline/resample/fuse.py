@@ -7,36 +7,10 @@ The result depends only on the arrays and their order, never on timing.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
-
-def get_xp(array: Any) -> Any:
-    """The array module of ``array``: numpy, or cupy for cupy arrays (imported only then)."""
-    if type(array).__module__.startswith("cupy"):
-        import cupy
-
-        return cupy
-    import numpy
-
-    return numpy
-
-
-def valid_mask(array: Any, nodata: float, xp: Any = None) -> Any:
-    """True where ``array`` holds data: not equal to ``nodata`` and, for floats, not NaN."""
-    xp = xp or get_xp(array)
-    if array.dtype.kind == "f":
-        ok = ~xp.isnan(array)
-        return ok if math.isnan(nodata) else ok & (array != nodata)
-    if math.isnan(nodata):
-        return xp.ones(array.shape, dtype=bool)
-    return array != nodata
-
-
-def nodata_fill(nodata: float, dtype: Any, xp: Any) -> Any:
-    """``nodata`` as a scalar of ``dtype``: 0 for an integer type whose nodata is NaN (none declared)."""
-    return xp.asarray(0 if math.isnan(nodata) and xp.dtype(dtype).kind != "f" else nodata).astype(dtype)
+from pipeline.resample.common import get_xp, nodata_fill, valid_mask
 
 
 class FirstValid:

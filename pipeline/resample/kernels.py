@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.resample.common import get_xp, nodata_fill
 from pipeline.resample.coords import CoordMap, LineMap
 from pipeline.resample.footprint import block_factor, resample_average
-from pipeline.resample.fuse import get_xp, nodata_fill
 from pipeline.resample.methods import NAMES, POINT
 from pipeline.resample.point import resample_bilinear, resample_cubic, resample_nearest
 from pipeline.resample.rank import resample_max, resample_median, resample_min, resample_mode

@@ -7,10 +7,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from pipeline.resample import common
-from pipeline.resample.common import _kept, _pad, _row_blocks
+from pipeline.resample.common import _kept, _pad, _row_blocks, get_xp, nodata_fill, valid_mask
 from pipeline.resample.coords import CoordMap
 from pipeline.resample.footprint import _footprints, block_factor
-from pipeline.resample.fuse import get_xp, nodata_fill, valid_mask
 
 
 # ------------------------------------------------------------------------------------ footprint statistics

@@ -22,8 +22,8 @@ from affine import Affine
 
 from pipeline.planning.grid import transform_points
 from pipeline.planning.plan import SourceWindow
+from pipeline.resample.common import valid_mask
 from pipeline.resample.coords import LineMap
-from pipeline.resample.fuse import valid_mask
 from pipeline.resample.kernels import CENTRE_METHODS, CoordMap, resample
 from pipeline.resample.methods import METHODS
 from pipeline.resample.transform import approx_lines

@@ -23,9 +23,11 @@ from pipeline.resample.common import (
     _take_into,
     _tent_prefilter,
     _work_dtype,
+    get_xp,
+    nodata_fill,
+    valid_mask,
 )
 from pipeline.resample.coords import CoordMap
-from pipeline.resample.fuse import get_xp, nodata_fill, valid_mask
 
 
 # ------------------------------------------------------------------------------------ weighted methods
