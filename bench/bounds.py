@@ -25,7 +25,7 @@ import subprocess
 import sys
 
 import peers
-from save import RESULTS, save_json
+from save import RESULTS, run_args, save_json
 
 ROOT = peers.ROOT
 FREE = os.path.join(ROOT, "bench", "free_resampling")
@@ -46,16 +46,7 @@ def run_free() -> None:
             sys.executable,
             "-m",
             "pipeline",
-            "run",
-            peers.CONFIG,
-            "-q",
-            "--overwrite",
-            "--workers",
-            "2",
-            "--set",
-            f"output.path={peers.OUT}/free.zarr",
-            "--report",
-            f"{peers.OUT}/free.report.json",
+            *run_args(peers.CONFIG, f"{peers.OUT}/free.zarr", f"{peers.OUT}/free.report.json"),
         ],
         check=True,
         cwd=ROOT,

@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 import numpy as np
-from save import save_json
+from save import run_args, save_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "casestudy.yaml")
@@ -139,18 +139,7 @@ def whole_process() -> dict[str, Any]:
                 "-c",
                 CLI,
                 str(MAP_CACHE_BYTES if mode == "on" else 0),
-                "run",
-                CONFIG,
-                "-q",
-                "--overwrite",
-                "--workers",
-                "2",
-                "--set",
-                "execution.scheduler=threads",
-                "--set",
-                f"output.path={OUT}/run-{mode}.zarr",
-                "--report",
-                report,
+                *run_args(CONFIG, f"{OUT}/run-{mode}.zarr", report, sets=("execution.scheduler=threads",)),
             ],
             check=True,
             cwd=ROOT,

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
-from save import save_json  # noqa: E402  (bench/ is on sys.path when a script runs)
+from save import run_args, save_json  # noqa: E402  (bench/ is on sys.path when a script runs)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -114,21 +114,7 @@ with dask.config.set(scheduler="threads", num_workers=2):
 
 def run_pipeline() -> None:
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pipeline",
-            "run",
-            CONFIG,
-            "-q",
-            "--overwrite",
-            "--workers",
-            "2",
-            "--set",
-            f"output.path={OUT}/pipeline.zarr",
-            "--report",
-            f"{OUT}/pipeline.report.json",
-        ],
+        [sys.executable, "-m", "pipeline", *run_args(CONFIG, f"{OUT}/pipeline.zarr", f"{OUT}/pipeline.report.json")],
         check=True,
         cwd=ROOT,
     )

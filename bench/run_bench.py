@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from save import save_json  # noqa: E402  (bench/ is on sys.path when a script runs)
+from save import run_args, save_json  # noqa: E402  (bench/ is on sys.path when a script runs)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "casestudy.yaml")
@@ -24,21 +24,7 @@ REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 def one_run(workers: int) -> dict[str, float]:
     out = os.path.join(ROOT, "out", f"bench-w{workers}.zarr")
     report = os.path.join(ROOT, "out", f"bench-w{workers}.report.json")
-    cmd = [
-        sys.executable,
-        "-m",
-        "pipeline",
-        "run",
-        CONFIG,
-        "-q",
-        "--overwrite",
-        "--workers",
-        str(workers),
-        "--set",
-        f"output.path={out}",
-        "--report",
-        report,
-    ]
+    cmd = [sys.executable, "-m", "pipeline", *run_args(CONFIG, out, report, workers)]
     t = time.perf_counter()
     subprocess.run(cmd, check=True, cwd=ROOT)
     wall = time.perf_counter() - t

@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from save import save_json  # noqa: E402  (bench/ is on sys.path when a script runs)
+from save import run_args, save_json  # noqa: E402  (bench/ is on sys.path when a script runs)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -82,21 +82,8 @@ def pipeline_cmd(out: str, endpoint: str, *sets: str) -> Callable[[], dict]:
             sys.executable,
             "-m",
             "pipeline",
-            "run",
-            CONFIG,
-            "-q",
-            "--overwrite",
-            "--workers",
-            "2",
-            "--set",
-            f"output.path={out}",
-            "--set",
-            f"storage.endpoint_url={endpoint}",
-            "--report",
-            report,
+            *run_args(CONFIG, out, report, sets=(f"storage.endpoint_url={endpoint}", *sets)),
         ]
-        for s in sets:
-            args += ["--set", s]
         r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
         if r.returncode not in (0, 3):
             raise RuntimeError(r.stderr[-2000:])

@@ -16,3 +16,12 @@ def save_json(name: str, data: Any) -> str:
     with open(path, "w") as f:
         json.dump(data, f, indent=1)
     return path
+
+
+def run_args(config: str, out: str, report: str, workers: int = 2, sets: tuple[str, ...] = ()) -> list[str]:
+    """``pipeline run`` arguments as every bench passes them: quiet, over the last run, ``workers``
+    workers, the output at ``out`` and the report at ``report``, then each ``--set KEY=VALUE``."""
+    args = ["run", config, "-q", "--overwrite", "--workers", str(workers), "--set", f"output.path={out}"]
+    for item in sets:
+        args += ["--set", item]
+    return [*args, "--report", report]

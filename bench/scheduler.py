@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 import peers
-from save import save_json
+from save import run_args, save_json
 
 ROOT = peers.ROOT
 OUT = os.path.join(ROOT, "out", "scheduler")
@@ -44,18 +44,7 @@ def runner(config: str, scheduler: str) -> tuple[str, object]:
                 sys.executable,
                 "-m",
                 "pipeline",
-                "run",
-                config,
-                "-q",
-                "--overwrite",
-                "--workers",
-                "2",
-                "--set",
-                f"execution.scheduler={scheduler}",
-                "--set",
-                f"output.path={out}",
-                "--report",
-                report,
+                *run_args(config, out, report, sets=(f"execution.scheduler={scheduler}",)),
             ],
             check=True,
             cwd=ROOT,
