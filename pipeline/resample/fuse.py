@@ -68,15 +68,16 @@ class FirstValid:
     def add(self, part: Any, row: int, col: int) -> None:
         """Fill the empty pixels under ``part`` (placed at ``row``, ``col``) with its valid ones."""
         xp = get_xp(part)
+        h, w = part.shape
+        take = valid_mask(part, self.nodata, xp)  # a fresh array: written into below
         if self.out is None:
             self.out = xp.full(self.shape, nodata_fill(self.nodata, part.dtype, xp), dtype=part.dtype)
             self.filled = xp.zeros(self.shape, dtype=bool)
-        h, w = part.shape
-        seen = self.filled[row : row + h, col : col + w]
-        take = valid_mask(part, self.nodata, xp) & ~seen
-        region = self.out[row : row + h, col : col + w]
-        region[take] = part[take]
-        seen |= take
+        else:  # valid and not yet filled (for booleans, a > b is a and not b): one pass, no temporaries
+            xp.greater(take, self.filled[row : row + h, col : col + w], out=take)
+        # copyto(where=) writes in place; out[take] = part[take] gathers both sides into temporaries
+        xp.copyto(self.out[row : row + h, col : col + w], part, where=take)
+        self.filled[row : row + h, col : col + w] |= take
 
     def result(self) -> Any:
         """The fused chunk; None if no tile was added."""
