@@ -11,6 +11,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 
 def get_xp(array: Any) -> Any:
     """The array module of ``array``: numpy, or cupy for cupy arrays (imported only then)."""
@@ -70,6 +72,13 @@ class FirstValid:
         xp = get_xp(part)
         h, w = part.shape
         take = valid_mask(part, self.nodata, xp)  # a fresh array: written into below
+        if self.out is None and part.shape == self.shape and _own(part):
+            # The first tile covers the chunk: it becomes the mosaic, nodata where it is not valid (an
+            # integer's invalid pixels already hold it; a float's may be NaN or another NaN than nodata's).
+            if part.dtype.kind == "f":
+                xp.copyto(part, nodata_fill(self.nodata, part.dtype, xp), where=~take)
+            self.out, self.filled = part, take
+            return
         if self.out is None:
             self.out = xp.full(self.shape, nodata_fill(self.nodata, part.dtype, xp), dtype=part.dtype)
             self.filled = xp.zeros(self.shape, dtype=bool)
@@ -82,6 +91,12 @@ class FirstValid:
     def result(self) -> Any:
         """The fused chunk; None if no tile was added."""
         return self.out
+
+
+def _own(a: Any) -> bool:
+    """A NumPy array that owns its (writable, contiguous) memory: a tile's warped pixels, which nothing
+    else holds, so the mosaic may take them over."""
+    return isinstance(a, np.ndarray) and a.flags.owndata and a.flags.writeable and a.flags.c_contiguous
 
 
 def fuse_arrays(arrays: Sequence[Any], nodata: float, method: str) -> Any:
