@@ -74,8 +74,8 @@ def _finish(acc: Any, wsum: Any, nodata: float, dtype: Any, xp: Any, convex: boo
     types up to 32 bits, the value plus a half is already between 0.5 and the type's maximum plus a
     half, so the cast's truncation is the floor and no clip is needed; and where nodata is 0, a pixel
     without weight (acc 0) casts to it by itself."""
-    everywhere = bool(wsum.min() > 1e-6) if wsum.size else True  # one pass, no mask (NaN: not everywhere)
-    ok = None if everywhere else wsum > 1e-6
+    ok = wsum > 1e-6
+    everywhere = bool(ok.all())
     if not everywhere:
         value = acc / xp.where(ok, wsum, 1.0)
     elif acc.dtype == xp.result_type(acc, wsum):

@@ -130,13 +130,7 @@ def _gather_mean(
     dense_y = wy[:-1] if sparse_y is not None else wy
     dense_x = wx[:-1] if sparse_x is not None else wx
     if sparse_x is not None:
-        last_key = ("last x tap", *index_key)
-        last = None if known is None else known.get(last_key)
-        if last is None:
-            last = base.ravel()[sparse_x] + len(wx) - 1, wx[-1].ravel()[sparse_x]
-            if known is not None:
-                known[last_key] = last
-        base_x, wx_last = last
+        base_x, wx_last = base.ravel()[sparse_x] + len(wx) - 1, wx[-1].ravel()[sparse_x]
     # Gathers into reused buffers and products written in place: no temporaries per tap.
     picked = [xp.empty(base.shape, dtype=flat.dtype) for flat in sources]
     term = xp.empty(base.shape, dtype=ft)
@@ -172,11 +166,7 @@ def _gather_mean(
     acc = sums[0]
     wsum = None if separable else sums[1]
     if separable and overlaps is not None:
-        wsum = None if known is None else known.get("overlap product")
-        if wsum is None:
-            wsum = overlaps[0] * overlaps[1]
-            if known is not None:
-                known["overlap product"] = wsum
+        wsum = overlaps[0] * overlaps[1]
     elif separable:
         vy, vx = valid
         (ylo, yhi), (xlo, xhi) = spans  # of the clipped indices: clipping is monotone
