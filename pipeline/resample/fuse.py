@@ -68,7 +68,9 @@ class FirstValid:
         return r + r0, c + c0, r1 - r0 + 1, c1 - c0 + 1
 
     def add(self, part: Any, row: int, col: int) -> None:
-        """Fill the empty pixels under ``part`` (placed at ``row``, ``col``) with its valid ones."""
+        """Fill the empty pixels under ``part`` (placed at ``row``, ``col``) with its valid ones. A first
+        ``part`` that covers the chunk and owns its memory is kept as the mosaic and written into: hand
+        over an array nothing else uses (a copy or a view is never written)."""
         xp = get_xp(part)
         h, w = part.shape
         take = valid_mask(part, self.nodata, xp)  # a fresh array: written into below
