@@ -70,7 +70,7 @@ class FirstValid:
     def add(self, part: Any, row: int, col: int) -> None:
         """Fill the empty pixels under ``part`` (placed at ``row``, ``col``) with its valid ones. A first
         ``part`` that covers the chunk and owns its memory is kept as the mosaic and written into: hand
-        over an array nothing else uses (a copy or a view is never written)."""
+        over an array nothing else uses (a view of another array is never written into)."""
         xp = get_xp(part)
         h, w = part.shape
         take = valid_mask(part, self.nodata, xp)  # a fresh array: written into below
