@@ -85,3 +85,33 @@ def test_first_valid_skips_only_what_fuse_would_not_take(windows: list[tuple[int
         mosaic.add(full[br : br + bh, bc : bc + bw], br, bc)
     expected = fuse_arrays(whole, nodata, "first")
     np.testing.assert_array_equal(mosaic.result(), expected)
+
+
+@pytest.mark.parametrize(("nodata", "dtype"), [(0.0, "u2"), (math.nan, "f4"), (-1.0, "f4")])
+def test_first_valid_whole_chunk_tile_same_bits_as_a_partial_one(nodata: float, dtype: str) -> None:
+    """A first tile covering the chunk becomes the mosaic: the same bits as when it is copied into a
+    nodata-filled chunk (invalid pixels, NaNs of any payload included, end up as nodata's own bits)."""
+    rng = np.random.default_rng(7)
+    first = rng.integers(1, 9, (6, 6)).astype(dtype)
+    first[rng.random((6, 6)) < 0.3] = nodata
+    second = rng.integers(1, 9, (4, 4)).astype(dtype)
+    if dtype == "f4":
+        first[0, 0] = np.uint32(0x7FC00001).view("f4")  # a NaN with another payload than np.nan's
+        first[1, 1] = math.nan
+    second[0, :] = nodata
+    adopted, copied = FirstValid((6, 6), nodata), FirstValid((6, 6), nodata)
+    adopted.add(first.copy(), 0, 0)
+    copied.add(np.pad(first, 1)[1:-1, 1:-1], 0, 0)  # a view: not taken over
+    assert copied.result() is not None and not np.shares_memory(copied.result(), first)
+    for mosaic in (adopted, copied):
+        assert mosaic.pending((1, 1, 4, 4)) is not None or valid_mask(first, nodata)[1:5, 1:5].all()
+        mosaic.add(second.copy(), 1, 1)
+    full2 = np.full((6, 6), nodata, dtype=dtype)
+    full2[1:5, 1:5] = second
+    expected = fuse_arrays([first, full2], nodata, "first")
+    bits = "u2" if dtype == "u2" else "u4"
+    np.testing.assert_array_equal(adopted.result().view(bits), copied.result().view(bits))
+    np.testing.assert_array_equal(adopted.result(), expected)
+    if dtype == "f4":  # every invalid pixel holds nodata's bits (np.nan's or -1's), not the tile's NaNs
+        invalid = ~valid_mask(adopted.result(), nodata)
+        assert (adopted.result().view("u4")[invalid] == np.asarray(nodata, dtype="f4").view("u4")).all()

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from pipeline.resample.common import get_xp, nodata_fill, valid_mask
 
 
@@ -40,21 +42,37 @@ class FirstValid:
         return r + r0, c + c0, r1 - r0 + 1, c1 - c0 + 1
 
     def add(self, part: Any, row: int, col: int) -> None:
-        """Fill the empty pixels under ``part`` (placed at ``row``, ``col``) with its valid ones."""
+        """Fill the empty pixels under ``part`` (placed at ``row``, ``col``) with its valid ones. A first
+        ``part`` that covers the chunk and owns its memory is kept as the mosaic and written into: hand
+        over an array nothing else uses (a view of another array is never written into)."""
         xp = get_xp(part)
+        h, w = part.shape
+        take = valid_mask(part, self.nodata, xp)  # a fresh array: written into below
+        if self.out is None and part.shape == self.shape and _own(part):
+            # The first tile covers the chunk: it becomes the mosaic, nodata where it is not valid (an
+            # integer's invalid pixels already hold it; a float's may be NaN or another NaN than nodata's).
+            if part.dtype.kind == "f":
+                xp.copyto(part, nodata_fill(self.nodata, part.dtype, xp), where=~take)
+            self.out, self.filled = part, take
+            return
         if self.out is None:
             self.out = xp.full(self.shape, nodata_fill(self.nodata, part.dtype, xp), dtype=part.dtype)
             self.filled = xp.zeros(self.shape, dtype=bool)
-        h, w = part.shape
-        seen = self.filled[row : row + h, col : col + w]
-        take = valid_mask(part, self.nodata, xp) & ~seen
-        region = self.out[row : row + h, col : col + w]
-        region[take] = part[take]
-        seen |= take
+        else:  # valid and not yet filled (for booleans, a > b is a and not b): one pass, no temporaries
+            xp.greater(take, self.filled[row : row + h, col : col + w], out=take)
+        # copyto(where=) writes in place; out[take] = part[take] gathers both sides into temporaries
+        xp.copyto(self.out[row : row + h, col : col + w], part, where=take)
+        self.filled[row : row + h, col : col + w] |= take
 
     def result(self) -> Any:
         """The fused chunk; None if no tile was added."""
         return self.out
+
+
+def _own(a: Any) -> bool:
+    """A NumPy array that owns its (writable, contiguous) memory: a tile's warped pixels, which nothing
+    else holds, so the mosaic may take them over."""
+    return isinstance(a, np.ndarray) and a.flags.owndata and a.flags.writeable and a.flags.c_contiguous
 
 
 def fuse_arrays(arrays: Sequence[Any], nodata: float, method: str) -> Any:
