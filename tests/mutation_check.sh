@@ -25,5 +25,5 @@ PY
 run "kernel weight (tent)" pipeline/resample/common.py "return xp.maximum(0.0, 1.0 - xp.abs(t))" "return xp.maximum(0.0, 1.0 - 0.9 * xp.abs(t))" tests/test_kernels.py
 run "window offset (read one column right)" pipeline/inputs/read.py "window=Window(c0, r0, w, h)" "window=Window(c0 + 1, r0, w, h)" tests/test_end_to_end.py
 run "fuse rule (first takes later tiles)" pipeline/resample/fuse.py "take = ok & ~filled" "take = ok" tests/test_fuse.py tests/test_end_to_end.py
-run "journal write (wrong key)" pipeline/store/write.py 'write_bytes(_store(path, storage), f"{JOURNAL_DIR}/{key}", b"")' 'write_bytes(_store(path, storage), f"{JOURNAL_DIR}/{key}-", b"")' tests/test_resume.py
+run "journal write (wrong key)" pipeline/store/write.py 'write_bytes(output_store(path, storage), f"{JOURNAL_DIR}/{key}", b"")' 'write_bytes(output_store(path, storage), f"{JOURNAL_DIR}/{key}-", b"")' tests/test_resume.py
 run "planner drops thin pairs" pipeline/planning/windows.py "keep = (win[:, 2] > win[:, 0]) & (win[:, 3] > win[:, 1])" "keep = (win[:, 2] > win[:, 0] + 6) & (win[:, 3] > win[:, 1] + 6)" tests/test_plan.py

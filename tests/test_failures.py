@@ -22,7 +22,7 @@ import pipeline.execute.runner
 from pipeline.config import load_config
 from pipeline.execute.runner import run
 from pipeline.inputs.catalog import build_catalog
-from pipeline.store.write import JOURNAL_DIR, store_is_complete
+from pipeline.store.layout import JOURNAL_DIR, store_is_complete
 from tests.helpers import write_config
 
 BANDS = ("B01", "B02", "B04", "B11")

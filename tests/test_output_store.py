@@ -22,7 +22,7 @@ from pipeline.errors import ConfigError
 from pipeline.execute.runner import plan_run, run
 from pipeline.planning.plan import pack_partitions
 from pipeline.storage import object_store, zarr_store
-from pipeline.store import write
+from pipeline.store import layout, write
 from tests.helpers import write_config
 
 
@@ -62,12 +62,12 @@ def test_shards_are_what_zarr_python_writes(tmp_path: Path) -> None:
         )
     zarr.open_array(paths["zarr"], path="b", mode="r+")[:] = data
     ref_meta = json.loads(Path(paths["zarr"], "b", "zarr.json").read_text())
-    ours_meta = write._array_json(
+    ours_meta = layout._array_json(
         data.shape,
         np.dtype("uint16"),
         (1, 128, 128),
         0,
-        write._sharding_json(write._codecs_json("zstd", 3, np.dtype("uint16")), (1, 64, 64)),
+        layout.sharding_json(layout._codecs_json("zstd", 3, np.dtype("uint16")), (1, 64, 64)),
         ["time", "y", "x"],
         {},
     )
@@ -148,7 +148,7 @@ def test_s3_output_is_the_local_cube_bit_for_bit(
     assert sorted(ours) == sorted(ref) and len(ref) > 20
     assert all(ours[k] == ref[k] for k in ref), [k for k in ref if ours[k] != ref[k]]
     assert json.loads(ours["attrs"])["pipeline_complete"] is True
-    assert not any(k.startswith(write.JOURNAL_DIR) for k in ours)
+    assert not any(k.startswith(layout.JOURNAL_DIR) for k in ours)
     import rioxarray  # noqa: F401
     import xarray as xr
 
@@ -187,7 +187,7 @@ def _plan(tmp_path: Path, small_dir: Path) -> Any:
 
 
 def _create(plan: Any, path: str, storage: StorageConfig | None = None, overwrite: bool = True) -> None:
-    write.create_store(
+    layout.create_store(
         plan, path, codec="zstd", level=3, config_hash="h", settings={}, overwrite=overwrite, storage=storage
     )
 

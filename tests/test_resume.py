@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import zarr
 
-from pipeline.store.write import JOURNAL_DIR, store_is_complete
+from pipeline.store.layout import JOURNAL_DIR, store_is_complete
 from tests.helpers import write_config
 
 

@@ -74,7 +74,7 @@ def test_sigkill_during_an_s3_write_then_resume_gives_the_same_cube(
     os.killpg(proc.pid, signal.SIGKILL)  # the driver and its whole local cluster
     proc.wait()
     storage = StorageConfig(endpoint_url=s3_server.endpoint_url)
-    from pipeline.store.write import store_is_complete
+    from pipeline.store.layout import store_is_complete
 
     assert not store_is_complete(url, storage)
     done_before = _journal(client, s3_bucket, "cube.zarr")

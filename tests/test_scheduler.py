@@ -136,7 +136,7 @@ def test_auto_picks_a_cluster_above_the_bound_for_addresses_and_gpus(
 
 def test_resume_under_threads_finishes_a_cluster_run(tmp_path: Path, small_dir: Path, runs: dict[str, Any]) -> None:
     """A store half written by one scheduler is finished by the other: the journal is the same."""
-    from pipeline.store.write import JOURNAL_DIR
+    from pipeline.store.layout import JOURNAL_DIR
 
     path = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
     first = load_config(path, ["execution.scheduler=local-cluster"])

@@ -12,7 +12,7 @@ import zarr
 from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
 
 from pipeline.errors import StoreError
-from pipeline.store import write
+from pipeline.store import layout, write
 
 
 def _pair(tmp_path: Path, dtype: str, fill: float, compressors: list[object] | None) -> tuple[str, str]:
@@ -131,12 +131,12 @@ def test_array_metadata_is_what_zarr_python_writes(
     )
     ref = json.loads((tmp_path / "ref.zarr" / "b" / "zarr.json").read_text())
     d = np.dtype(dtype)
-    ours = write._array_json(
+    ours = layout._array_json(
         (2, 300, 250),
         d,
         (1, 128, 128),
         fill,
-        write._codecs_json(codec, 3 if codec == "zstd" else 4 if codec == "gzip" else 5, d),
+        layout._codecs_json(codec, 3 if codec == "zstd" else 4 if codec == "gzip" else 5, d),
         ["time", "y", "x"],
         {"k": 1},
     )
@@ -156,13 +156,13 @@ def test_finalised_store_is_consolidated_as_zarr_does_it(tmp_path: Path, small_d
     cfg = load_config(write_config(tmp_path, str(small_dir / "**" / "*.tif")))
     _, plan = plan_run(cfg)
     for name in ("a.zarr", "b.zarr"):
-        write.create_store(
+        layout.create_store(
             plan, str(tmp_path / name), codec="zstd", level=3, config_hash="h", settings={}, overwrite=False
         )
-    write.finalize_store(str(tmp_path / "a.zarr"))
+    layout.finalize_store(str(tmp_path / "a.zarr"))
     group = zarr.open_group(str(tmp_path / "b.zarr"), mode="r+")
     group.attrs["pipeline_complete"] = True
     zarr.consolidate_metadata(str(tmp_path / "b.zarr"))
     ours, ref = (json.loads((tmp_path / n / "zarr.json").read_text()) for n in ("a.zarr", "b.zarr"))
     assert ours == ref
-    assert write.store_is_complete(str(tmp_path / "a.zarr")) and write.store_config(str(tmp_path / "a.zarr"))["fuse"]
+    assert layout.store_is_complete(str(tmp_path / "a.zarr")) and layout.store_config(str(tmp_path / "a.zarr"))["fuse"]

@@ -41,14 +41,8 @@ from pipeline.planning.plan import Plan, compute_plan
 from pipeline.report.diagnostics import compute_diagnostics, compute_stragglers, compute_task_overhead
 from pipeline.report.summary import StageClock, compute_stages, summarise_workers, write_report
 from pipeline.storage import worker_environment, write_object
-from pipeline.store.write import (
-    create_store,
-    finalize_store,
-    journal_done,
-    store_config,
-    store_exists,
-    store_stamp,
-)
+from pipeline.store.layout import create_store, finalize_store, journal_done, store_config, store_exists
+from pipeline.store.write import store_stamp
 
 logger = logging.getLogger(__name__)
 

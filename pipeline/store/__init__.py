@@ -1,8 +1,9 @@
 """The output store: a Zarr v3 datacube, locally or in a bucket.
 
-:mod:`~pipeline.store.write` writes the template first (metadata, coordinates, CRS), then each chunk or
-shard as one atomic put, a journal entry per finished partition (resume), and the completion stamp
-last; ``--overwrite`` removes only a store this pipeline wrote.
+:mod:`~pipeline.store.layout` writes the template first (metadata, coordinates, CRS) and the
+completion stamp last, and says what ``--overwrite`` may remove (only a store this pipeline wrote);
+:mod:`~pipeline.store.write` puts each chunk or shard as one atomic object and a journal entry per
+finished partition (resume); :mod:`~pipeline.store.cube` opens the written cube with xarray.
 
 May import :mod:`pipeline.config`, :mod:`pipeline.errors`, :mod:`pipeline.storage` and the plan's
 types from :mod:`pipeline.planning`.

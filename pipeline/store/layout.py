@@ -1,0 +1,416 @@
+"""The store's layout: the Zarr v3 metadata of every array, the template written before any chunk, what
+counts as a store of this pipeline (and so what ``--overwrite`` may remove), the resume journal's
+listing, and the completion written last."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+import os
+import shutil
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pipeline import __version__
+from pipeline.errors import ConfigError, StoreError
+from pipeline.planning.plan import Plan
+from pipeline.storage import (
+    cached_store,
+    default_storage,
+    delete_keys,
+    list_keys,
+    read_bytes,
+    redact,
+    scheme,
+    split_url,
+    write_bytes,
+)
+
+if TYPE_CHECKING:  # the model imports pydantic; workers need only its attributes
+    from pipeline.config.model import StorageConfig
+
+logger = logging.getLogger(__name__)
+
+
+JOURNAL_DIR = ".pipeline-journal"
+"""Inside the store while it is incomplete: one empty object per finished partition."""
+
+
+def _codecs_json(codec: str, level: int, dtype: np.dtype[Any]) -> list[dict[str, Any]]:
+    """The codec chain as Zarr v3 metadata, as zarr-python writes it (tested against it)."""
+    chain: list[dict[str, Any]] = [
+        {"name": "bytes"} if dtype.itemsize == 1 else {"name": "bytes", "configuration": {"endian": "little"}}
+    ]
+    if codec == "zstd":
+        chain.append({"name": "zstd", "configuration": {"level": level, "checksum": False}})
+    elif codec == "gzip":
+        chain.append({"name": "gzip", "configuration": {"level": level}})
+    elif codec == "blosc":
+        chain.append(
+            {
+                "name": "blosc",
+                "configuration": {
+                    "typesize": dtype.itemsize,
+                    "cname": "zstd",
+                    "clevel": level,
+                    "shuffle": "bitshuffle",
+                    "blocksize": 0,
+                },
+            }
+        )
+    return chain
+
+
+def _fill_json(value: Any, dtype: np.dtype[Any]) -> Any:
+    if dtype.kind == "f":
+        v = float(value)
+        return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity") if math.isinf(v) else v
+    return int(value)
+
+
+def _array_json(
+    shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+    chunks: tuple[int, ...],
+    fill: Any,
+    codecs: list[dict[str, Any]],
+    dims: list[str] | None,
+    attrs: dict[str, Any],
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "shape": list(shape),
+        "data_type": dtype.name,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(chunks)}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": _fill_json(fill, dtype),
+        "codecs": codecs,
+        "attributes": attrs,
+    }
+    if dims is not None:
+        meta["dimension_names"] = dims
+    meta.update(zarr_format=3, node_type="array", storage_transformers=[])
+    return meta
+
+
+def sharding_json(inner: list[dict[str, Any]], chunks: tuple[int, ...]) -> list[dict[str, Any]]:
+    """The codec chain of a sharded array as zarr-python writes it: inner chunks of ``chunks`` with the
+    ``inner`` chain, the index (offset, length per chunk) at the end, little-endian with a CRC32C."""
+    return [
+        {
+            "name": "sharding_indexed",
+            "configuration": {
+                "chunk_shape": list(chunks),
+                "codecs": inner,
+                "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+                "index_location": "end",
+            },
+        }
+    ]
+
+
+def output_store(path: str, storage: StorageConfig | None) -> Any:
+    return cached_store(path, storage or default_storage())
+
+
+def _put_json(store: Any, key: str, doc: dict[str, Any]) -> None:
+    write_bytes(store, key, json.dumps(doc, indent=2, allow_nan=False).encode())
+
+
+def get_json(store: Any, key: str) -> dict[str, Any] | None:
+    raw = read_bytes(store, key)
+    if raw is None:
+        return None
+    doc = json.loads(raw)
+    if not isinstance(doc, dict):
+        raise ValueError(f"{key} is not a JSON object")
+    return doc
+
+
+def _local_missing(path: str) -> bool:
+    """A local path that does not exist yet (opening an obstore store there would create the folder)."""
+    return scheme(path) == "file" and not os.path.isdir(path)
+
+
+def _root_json(path: str, storage: StorageConfig | None) -> dict[str, Any] | None:
+    if _local_missing(path):
+        return None
+    return get_json(output_store(path, storage), "zarr.json")
+
+
+def store_is_complete(path: str, storage: StorageConfig | None = None) -> bool:
+    try:
+        root = _root_json(path, storage)
+    except (OSError, ValueError):  # unreadable: not complete
+        return False
+    return bool(root and root.get("attributes", {}).get("pipeline_complete", False))
+
+
+def store_exists(path: str, storage: StorageConfig | None = None) -> bool:
+    """Whether ``path`` holds a group ``zarr.json`` (a store to resume, or to refuse)."""
+    try:
+        return _root_json(path, storage) is not None
+    except ValueError:
+        return True
+    except OSError as e:
+        raise StoreError(f"cannot read the output store {redact(path)}: {redact(str(e))}") from e
+
+
+def _fill_attr(value: float, dtype: np.dtype[Any]) -> Any:
+    """``_FillValue`` as xarray encodes it in Zarr v3 attributes: floats as base64 of a little-endian double."""
+    if dtype.kind == "f":
+        return base64.standard_b64encode(struct.pack("<d", float(value))).decode()
+    return int(value)
+
+
+def grid_mapping_attrs(crs: str, transform: tuple[float, ...]) -> dict[str, Any]:
+    """CF grid-mapping attributes for the ``spatial_ref`` variable, as rioxarray writes them."""
+    from pyproj import CRS
+
+    wkt = CRS.from_user_input(crs).to_wkt("WKT1_GDAL")
+    a, b, c, d, e, f = transform
+    attrs: dict[str, Any] = CRS.from_wkt(wkt).to_cf()
+    attrs.update(crs_wkt=wkt, spatial_ref=wkt, GeoTransform=" ".join(str(float(v)) for v in (c, a, b, f, d, e)))
+    return attrs
+
+
+def _ours(root: dict[str, Any] | None) -> bool:
+    attrs = (root or {}).get("attributes") or {}
+    return isinstance(attrs, dict) and "pipeline_config_hash" in attrs and "pipeline_version" in attrs
+
+
+def _names(entries: list[str]) -> str:
+    shown = sorted(entries)[:5]
+    return ", ".join(shown) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+
+
+def inspect_output(path: str, storage: StorageConfig | None = None) -> str | None:
+    """What is at ``path``: None for nothing (no such path, an empty folder, an empty prefix); ``""`` for
+    a store of this pipeline and nothing else; otherwise a phrase saying what is there."""
+    import obstore
+
+    if scheme(path) == "file":
+        if not os.path.lexists(path):
+            return None
+        if os.path.islink(path) or not os.path.isdir(path):
+            return "is a file, not a Zarr store"
+        entries = os.listdir(path)
+        if not entries:
+            return None
+        top = set(entries)
+        dirs = {e for e in entries if os.path.isfile(os.path.join(path, e, "zarr.json"))}
+    else:
+        store = output_store(path, storage)
+        bucket, prefix = split_url(path)
+        if prefix.strip("/"):
+            parent, _, name = prefix.strip("/").rpartition("/")
+            try:
+                obstore.head(cached_store(f"s3://{bucket}/{parent}", storage or default_storage()), name)
+                return "is an object (a file), not a Zarr store"
+            except FileNotFoundError:
+                pass
+        listing = obstore.list_with_delimiter(store)
+        top = {m["path"].rsplit("/", 1)[-1] for m in listing["objects"]}
+        prefixes = [p.rstrip("/").rsplit("/", 1)[-1] for p in listing["common_prefixes"]]
+        if not top and not prefixes:
+            return None
+        dirs = set()
+        for name in prefixes:
+            try:
+                obstore.head(store, f"{name}/zarr.json")
+                dirs.add(name)
+            except FileNotFoundError:
+                pass
+        entries = sorted(top | set(prefixes))
+        top |= set(prefixes)
+    try:
+        root = _root_json(path, storage)
+    except ValueError:
+        root = None
+    if root is None:
+        return f"holds no Zarr store of this pipeline ({_names(entries)})"
+    if not _ours(root):
+        return "is a Zarr store this pipeline did not write (its attributes have no pipeline_config_hash)"
+    # obstore's local puts stage beside the target as "name#N": an interrupted put leaves one behind.
+    foreign = [e for e in top if not (e == "zarr.json" or e.startswith("zarr.json#") or e == JOURNAL_DIR or e in dirs)]
+    if foreign:
+        return f"holds a store of this pipeline and also objects it did not write ({_names(foreign)})"
+    return ""
+
+
+def check_output_path(path: str, storage: StorageConfig | None, *, overwrite: bool) -> None:
+    """Make ``path`` ready for a new store: nothing there, or (with ``overwrite``) a store this pipeline
+    wrote, which is removed; anything else is a ConfigError naming ``output.path`` and stays untouched."""
+    try:
+        found = inspect_output(path, storage)
+    except Exception as e:  # unknown bucket, wrong endpoint, refused credentials: say where, never what secret
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError("output.path", f"cannot reach {path}: {redact(str(e)).splitlines()[0]}") from None
+    if found is None:
+        return
+    if found:
+        raise ConfigError(
+            "output.path",
+            f"{path} {found}; --overwrite replaces only a store this pipeline wrote: "
+            "choose another output.path, or move it away yourself",
+        )
+    if not overwrite:
+        raise ConfigError(
+            "output.path", f"{path} already exists; pass --overwrite to replace it (or --resume to finish it)"
+        )
+    logger.info("removing existing store %s (--overwrite)", path)
+    if scheme(path) == "file":
+        shutil.rmtree(path)
+    else:
+        store = output_store(path, storage)
+        delete_keys(store, [k for k, _ in list_keys(store)])
+
+
+def create_store(
+    plan: Plan,
+    path: str,
+    *,
+    codec: str,
+    level: int,
+    config_hash: str,
+    settings: dict[str, Any],
+    overwrite: bool,
+    storage: StorageConfig | None = None,
+    shards_yx: tuple[int, int] | None = None,
+) -> None:
+    """Write the store template, after :func:`check_output_path`.
+
+    Written as JSON (no xarray/dask/zarr-python: importing them cost the driver over a second), in the
+    layout ``xarray.open_zarr`` and rioxarray read: ``dimension_names``, CF ``time`` units, a
+    ``spatial_ref`` grid mapping linked from every band. The group's ``zarr.json`` goes first, so an
+    interrupted creation still leaves a store that ``--overwrite`` recognises as this pipeline's.
+    """
+    check_output_path(path, storage, overwrite=overwrite)
+    grid = plan.grid
+    ch, cw = grid.chunks_yx
+    shape = (len(plan.times), *grid.shape_yx)
+    seconds = np.array(plan.times, dtype="datetime64[s]").astype(np.int64)
+    attrs = {
+        "pipeline_complete": False,
+        "pipeline_config_hash": config_hash,
+        "pipeline_settings": settings,
+        "pipeline_version": __version__,
+        "resampling": plan.resampling,
+        "fuse": plan.fuse,
+    }
+    try:
+        store = output_store(path, storage)
+        _put_json(
+            store,
+            "zarr.json",
+            {"attributes": attrs, "zarr_format": 3, "consolidated_metadata": None, "node_type": "group"},
+        )
+        coords: dict[str, tuple[np.ndarray, dict[str, Any]]] = {
+            "time": (seconds, {"units": "seconds since 1970-01-01", "calendar": "proleptic_gregorian"}),
+            "y": (grid.y_coords(), {}),
+            "x": (grid.x_coords(), {}),
+        }
+        for name, (values, extra) in coords.items():  # one uncompressed chunk each
+            values = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("<"))
+            _put_json(
+                store,
+                f"{name}/zarr.json",
+                _array_json(
+                    values.shape, values.dtype, values.shape, 0, _codecs_json("none", 0, values.dtype), [name], extra
+                ),
+            )
+            write_bytes(store, f"{name}/c/0", values.tobytes())
+        i8 = np.dtype("int64")
+        crs_attrs = grid_mapping_attrs(grid.crs, grid.transform)
+        crs_json = _array_json((), i8, (), 0, _codecs_json("zstd", 0, i8), None, crs_attrs)
+        _put_json(store, "spatial_ref/zarr.json", crs_json)
+        band_attrs = {"grid_mapping": "spatial_ref", "coordinates": "spatial_ref"}
+        for b in plan.bands:
+            dtype = np.dtype(b.dtype)
+            codecs = _codecs_json(codec, level, dtype)
+            grid_shape: tuple[int, ...] = (1, ch, cw)
+            if shards_yx is not None:
+                codecs, grid_shape = sharding_json(codecs, (1, ch, cw)), (1, *shards_yx)
+            _put_json(
+                store,
+                f"{b.name}/zarr.json",
+                _array_json(
+                    shape,
+                    dtype,
+                    grid_shape,
+                    np.nan if math.isnan(b.nodata) else b.nodata,
+                    codecs,
+                    ["time", "y", "x"],
+                    {"_FillValue": _fill_attr(b.nodata, dtype), **band_attrs, **dict(b.attrs)},
+                ),
+            )
+    except Exception as e:  # OSError locally, obstore's errors remotely
+        raise StoreError(f"cannot create the output store {path}: {redact(str(e))}") from None
+
+
+def journal_done(path: str, storage: StorageConfig | None = None) -> set[str]:
+    """Keys of the partitions a previous run finished."""
+    if _local_missing(path):
+        return set()
+    return {k.rsplit("/", 1)[-1] for k, _ in list_keys(output_store(path, storage), JOURNAL_DIR)}
+
+
+def store_config(path: str, storage: StorageConfig | None = None) -> dict[str, Any]:
+    """The attributes a previous run left: config hash and settings, completion."""
+    try:
+        root = _root_json(path, storage)
+        if root is None:
+            raise FileNotFoundError("no zarr.json")
+        return dict(root["attributes"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise StoreError(f"{path} is not a store this tool can resume ({e}); use --overwrite") from e
+
+
+@dataclass(frozen=True)
+class StoreUsage:
+    bytes: int
+    """Every object of the store."""
+    data_objects: int
+    """Chunk (or shard) objects of the band arrays."""
+    data_bytes: int
+
+
+def finalize_store(path: str, storage: StorageConfig | None = None) -> StoreUsage:
+    """Drop the journal, mark complete, consolidate metadata; return what the store holds.
+
+    Consolidated metadata (zarr-python's extension to v3, which xarray reads in one request) is every
+    child's ``zarr.json`` inlined in the root's, as ``zarr.consolidate_metadata`` writes it (tested)."""
+    import obstore
+
+    try:
+        store = output_store(path, storage)
+        delete_keys(store, [k for k, _ in list_keys(store, JOURNAL_DIR)])
+        if scheme(path) == "file":
+            shutil.rmtree(os.path.join(path, JOURNAL_DIR), ignore_errors=True)
+        root = get_json(store, "zarr.json")
+        if root is None:
+            raise FileNotFoundError(f"{path}/zarr.json")
+        root.setdefault("attributes", {})["pipeline_complete"] = True
+        children = {}
+        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in obstore.list_with_delimiter(store)["common_prefixes"]]
+        for name in sorted(names):
+            child = get_json(store, f"{name}/zarr.json")
+            if child is not None:
+                children[name] = child
+        root["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": children}
+        _put_json(store, "zarr.json", root)
+        keys = list_keys(store)
+    except Exception as e:
+        raise StoreError(f"cannot finalise the output store {path}: {redact(str(e))}") from None
+    bands = tuple(f"{n}/c/" for n, c in children.items() if c.get("dimension_names") == ["time", "y", "x"])
+    data = [size for k, size in keys if k.startswith(bands)]
+    return StoreUsage(bytes=sum(size for _, size in keys), data_objects=len(data), data_bytes=sum(data))
+
+
+def store_size(path: str, storage: StorageConfig | None = None) -> int:
+    return 0 if _local_missing(path) else sum(size for _, size in list_keys(output_store(path, storage)))
