@@ -24,173 +24,43 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    PlainValidator,
     PrivateAttr,
     ValidationError,
-    WithJsonSchema,
     field_serializer,
     model_validator,
     with_config,
 )
 from typing_extensions import TypedDict, is_typeddict
 
-from pipeline.config import SCHEDULERS, is_url, validate_crs
+from pipeline.config import SCHEDULERS
+from pipeline.config.fields import (
+    STAC_PATTERN,
+    Codec,
+    Device,
+    Engine,
+    Flag,
+    Fuse,
+    GroupBy,
+    Integer,
+    NonNegInt,
+    Number,
+    OnError,
+    PathStr,
+    PosInt,
+    PosNumber,
+    Resampling,
+    as_assets,
+    as_bands,
+    as_bounds,
+    as_crs,
+    as_endpoint,
+    as_gdal_env,
+    as_paths,
+    as_resolution,
+    as_scheduler,
+    auto_none,
+)
 from pipeline.errors import ConfigError
-
-Resampling = Literal["nearest", "bilinear", "cubic", "average", "mode", "min", "max", "median"]
-"""The kernels' methods (``pipeline.resample.kernels.KERNEL_METHODS``; a test keeps them equal)."""
-Fuse = Literal["first", "last", "min", "max", "mean"]
-Engine = Literal["auto", "kernels", "gdal"]
-Codec = Literal["zstd", "blosc", "gzip", "none"]
-Device = Literal["auto", "cpu", "gpu"]
-OnError = Literal["skip", "fail"]
-GroupBy = Literal["solar_day", "time", "none"]
-STAC_PATTERN = r"(?P<band>.+)"
-"""``inputs.pattern`` for STAC inputs, where the band is the asset's name."""
-
-
-# -- value types with the project's own messages -------------------------------------------------
-
-
-def _integer(minimum: int | None) -> Any:
-    def check(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
-            raise ValueError(f"must be an integer{'' if minimum is None else f' >= {minimum}'}, got {value!r}")
-        return value
-
-    return check
-
-
-def _number(positive: bool) -> Any:
-    def check(value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (positive and not value > 0):
-            raise ValueError(f"must be a {'positive ' if positive else ''}number, got {value!r}")
-        return float(value)
-
-    return check
-
-
-def _flag(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"must be true or false, got {value!r}")
-    return value
-
-
-# Numbers and flags as YAML gives them: no true for 1, no "3" for 3.
-PosInt = Annotated[int, PlainValidator(_integer(1), json_schema_input_type=int),
-                   WithJsonSchema({"type": "integer", "minimum": 1})]  # fmt: skip
-NonNegInt = Annotated[int, PlainValidator(_integer(0), json_schema_input_type=int),
-                      WithJsonSchema({"type": "integer", "minimum": 0})]  # fmt: skip
-Integer = Annotated[int, PlainValidator(_integer(None), json_schema_input_type=int),
-                    WithJsonSchema({"type": "integer"})]  # fmt: skip
-PosNumber = Annotated[float, PlainValidator(_number(True), json_schema_input_type=float),
-                      WithJsonSchema({"type": "number", "exclusiveMinimum": 0})]  # fmt: skip
-Number = Annotated[float, PlainValidator(_number(False), json_schema_input_type=float),
-                   WithJsonSchema({"type": "number"})]  # fmt: skip
-Flag = Annotated[bool, PlainValidator(_flag, json_schema_input_type=bool), WithJsonSchema({"type": "boolean"})]
-
-
-def _resolve(value: str) -> str:
-    """A path against the working directory, unless absolute or a URL (``s3://``, ``https://``)."""
-    if not value:
-        raise ValueError("must not be empty")
-    return value if os.path.isabs(value) or is_url(value) else os.path.normpath(os.path.join(os.getcwd(), value))
-
-
-PathStr = Annotated[str, AfterValidator(_resolve)]
-"""A local path (relative: against the working directory) or a URL."""
-
-
-def _paths(value: Any) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, (list, tuple)) or not all(isinstance(p, str) and p for p in value):
-        raise ValueError(f"must be a non-empty list of glob patterns, got {value!r}")
-    return tuple(_resolve(p) for p in value)
-
-
-def _bands(value: Any) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = [value]
-    if (not isinstance(value, (list, tuple)) or not value
-            or not all(isinstance(b, (str, int)) and not isinstance(b, bool) for b in value)):  # fmt: skip
-        raise ValueError(f"must be null or a non-empty list of band names, got {value!r}")
-    return tuple(str(b) for b in value)
-
-
-def _assets(value: Any) -> Any:
-    if value is None:
-        return None
-    if isinstance(value, list):
-        value = {str(a): str(a) for a in value}
-    if not isinstance(value, dict) or not value:
-        raise ValueError(f"must be null or a mapping {{band name: asset key}}, got {value!r}")
-    return {str(k): v for k, v in value.items()}
-
-
-def _gdal_env(value: Any) -> Any:
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-        raise ValueError(f"must be a mapping of GDAL config options, e.g. {{GDAL_HTTP_MAX_RETRY: 5}}, got {value!r}")
-    secret = [k for k in value if re.search(r"SECRET|PASSWORD|TOKEN|USERPWD|ACCESS_KEY|CONNECTION_STRING|HEADER", k)]
-    if secret:  # it would travel in the task graph and the report's config; the value is never echoed
-        raise ValueError(
-            f"{secret[0]} holds a credential: give it through the AWS chain (environment, storage.profile, "
-            "instance role), not the config"
-        )
-    return {k: ("YES" if v is True else "NO" if v is False else str(v)) for k, v in value.items()}
-
-
-def _crs(value: Any) -> str:
-    try:
-        return validate_crs(value, "grid.crs")
-    except ConfigError as e:
-        raise ValueError(e.problem) from None
-
-
-def _positive(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-
-
-def _resolution(value: Any) -> tuple[float, float]:
-    if isinstance(value, (list, tuple)) and len(value) == 2 and all(_positive(v) for v in value):
-        return float(value[0]), float(value[1])
-    if _positive(value):
-        return float(value), float(value)
-    raise ValueError(f"must be a positive number, or [x, y] of two, got {value!r}")
-
-
-def _bounds(value: Any) -> tuple[float, float, float, float] | None:
-    if value is None:
-        return None
-    if (not isinstance(value, (list, tuple)) or len(value) != 4
-            or not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in value)):  # fmt: skip
-        raise ValueError(f"must be null or [xmin, ymin, xmax, ymax], got {value!r}")
-    if not (value[0] < value[2] and value[1] < value[3]):
-        raise ValueError(f"needs xmin < xmax and ymin < ymax, got {list(value)}")
-    return float(value[0]), float(value[1]), float(value[2]), float(value[3])
-
-
-def _auto_none(value: Any) -> Any:
-    return None if value == "auto" else value
-
-
-def _scheduler(value: str) -> str:
-    if value not in SCHEDULERS and "://" not in value:
-        raise ValueError(f"must be auto | threads | local-cluster or an address like tcp://host:8786, got {value!r}")
-    return value
-
-
-def _endpoint(value: str | None) -> str | None:
-    if value is not None and not value.startswith(("http://", "https://")):
-        raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
-    return value
-
 
 # -- the sections ---------------------------------------------------------------------------------
 
@@ -212,7 +82,7 @@ class Section(BaseModel):
 class StorageConfig(Section):
     """Object-store access, for inputs and output alike; credentials come from the usual AWS chain, never from here."""
 
-    endpoint_url: Annotated[str | None, AfterValidator(_endpoint)] = Field(
+    endpoint_url: Annotated[str | None, AfterValidator(as_endpoint)] = Field(
         None, description="S3-compatible endpoint, e.g. http://127.0.0.1:9000 (MinIO, moto); null: AWS."
     )
     region: str | None = Field(None, description="The bucket's region; null: from the AWS configuration.")
@@ -236,7 +106,7 @@ class StacSearch(TypedDict, total=False):
 class InputsConfig(Section):
     """Where the tiles are and how their paths name band and date."""
 
-    paths: Annotated[tuple[str, ...], BeforeValidator(_paths, json_schema_input_type=list[str] | str | None)] = Field(
+    paths: Annotated[tuple[str, ...], BeforeValidator(as_paths, json_schema_input_type=list[str] | str | None)] = Field(
         (),
         description="Glob patterns: local paths, s3://bucket/prefix/**/*.tif or https:// URLs; ** recurses. "
         "Give one of paths, stac, stac_search.",
@@ -248,10 +118,10 @@ class InputsConfig(Section):
         None, description="Instead of paths: a STAC API search {url, collections, bbox, datetime, query}."
     )
     assets: Annotated[
-        dict[str, str] | None, BeforeValidator(_assets, json_schema_input_type=dict[str, str] | list[str] | None)
+        dict[str, str] | None, BeforeValidator(as_assets, json_schema_input_type=dict[str, str] | list[str] | None)
     ] = Field(None, description="STAC: {band name: asset key}; null: every raster asset, named by its key.")
     groupby: GroupBy = Field("solar_day", description="STAC: how items become time steps: solar_day | time | none.")
-    gdal_env: Annotated[dict[str, str], BeforeValidator(_gdal_env, json_schema_input_type=dict[str, Any] | None)] = (
+    gdal_env: Annotated[dict[str, str], BeforeValidator(as_gdal_env, json_schema_input_type=dict[str, Any] | None)] = (
         Field(default_factory=dict, description="Extra GDAL config options for reads (override the cloud defaults).")
     )
     pattern: str = Field(
@@ -260,8 +130,8 @@ class InputsConfig(Section):
         "Required with paths; for STAC inputs the band is the asset's name.",
     )
     date_format: str = Field("%Y-%m-%d", description="strptime format of the pattern's date group.")
-    bands: Annotated[tuple[str, ...] | None, BeforeValidator(_bands, json_schema_input_type=list[str] | None)] = Field(
-        None, description="Only these bands are read, in this order; null: every band found."
+    bands: Annotated[tuple[str, ...] | None, BeforeValidator(as_bands, json_schema_input_type=list[str] | None)] = (
+        Field(None, description="Only these bands are read, in this order; null: every band found.")
     )
     nodata: Number | None = Field(None, description="Nodata used where a file declares none.")
     index: PathStr | None = Field(None, description="A Parquet tile index to build and reuse.")
@@ -294,16 +164,16 @@ class InputsConfig(Section):
 class GridConfig(Section):
     """The target grid."""
 
-    crs: Annotated[str, BeforeValidator(_crs, json_schema_input_type=str | int)] = Field(
+    crs: Annotated[str, BeforeValidator(as_crs, json_schema_input_type=str | int)] = Field(
         description="Target CRS: an EPSG code ('EPSG:32632'), WKT or PROJ string."
     )
     resolution: Annotated[
         tuple[float, float],
-        BeforeValidator(_resolution, json_schema_input_type=PosNumber | tuple[PosNumber, PosNumber]),
+        BeforeValidator(as_resolution, json_schema_input_type=PosNumber | tuple[PosNumber, PosNumber]),
     ] = Field(description="Pixel size in grid CRS units: one number, or [x, y].")
     bounds: Annotated[
         tuple[float, float, float, float] | None,
-        BeforeValidator(_bounds, json_schema_input_type=tuple[float, float, float, float] | None),
+        BeforeValidator(as_bounds, json_schema_input_type=tuple[float, float, float, float] | None),
     ] = Field(None, description="[xmin, ymin, xmax, ymax] in the grid CRS; null: the inputs' union, snapped.")
 
 
@@ -386,12 +256,12 @@ class GpuProfile(TypedDict):
 class ExecutionConfig(Section):
     """How the run is executed; none of it changes the cube."""
 
-    scheduler: Annotated[str, AfterValidator(_scheduler)] = Field(
+    scheduler: Annotated[str, AfterValidator(as_scheduler)] = Field(
         "auto",
         description="auto | threads | local-cluster | the address of an existing Dask scheduler (tcp://host:8786).",
     )
     workers: Annotated[
-        PosInt | None, BeforeValidator(_auto_none, json_schema_input_type=Literal["auto"] | PosInt | None)
+        PosInt | None, BeforeValidator(auto_none, json_schema_input_type=Literal["auto"] | PosInt | None)
     ] = Field(None, description="Local worker processes; auto (or null): one per core.")
     threads_per_worker: PosInt = Field(1, description="Threads in each local worker.")
     device: Device = Field("auto", description="auto | cpu | gpu: where tasks resample.")
@@ -561,8 +431,10 @@ def _children(tp: Any) -> dict[str, Any]:
         from typing import get_type_hints
 
         hints = get_type_hints(tp, include_extras=True)
-        return {k: (h, next((m.description for m in get_args(_strip_required(h))[1:] if hasattr(m, "description")),
-                             None)) for k, h in hints.items()}  # fmt: skip
+        return {
+            k: (h, next((m.description for m in get_args(_strip_required(h))[1:] if hasattr(m, "description")), None))
+            for k, h in hints.items()
+        }
     return {}
 
 
