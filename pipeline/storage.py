@@ -325,17 +325,27 @@ def list_objects(pattern: str, storage: StorageConfig) -> list[tuple[str, int, i
             except (FileNotFoundError, obstore.exceptions.NotFoundError):
                 return []
             modified = meta["last_modified"]
-            return [(pattern, int(meta["size"]), int(modified.timestamp() * 1e9) if modified else 0,
-                     str(meta.get("e_tag") or ""))]  # fmt: skip
+            return [
+                (
+                    pattern,
+                    int(meta["size"]),
+                    int(modified.timestamp() * 1e9) if modified else 0,
+                    str(meta.get("e_tag") or ""),
+                )
+            ]
         for batch in obstore.list(store, prefix=prefix or None, chunk_size=1000):
             for meta in batch:
                 key = meta["path"]
                 if rx.match(key):
                     modified = meta["last_modified"]
-                    found.append((
-                        f"s3://{bucket}/{key}", int(meta["size"]),
-                        int(modified.timestamp() * 1e9) if modified else 0, str(meta.get("e_tag") or ""),
-                    ))  # fmt: skip
+                    found.append(
+                        (
+                            f"s3://{bucket}/{key}",
+                            int(meta["size"]),
+                            int(modified.timestamp() * 1e9) if modified else 0,
+                            str(meta.get("e_tag") or ""),
+                        )
+                    )
     except Exception as e:  # noqa: BLE001 - obstore's errors, turned into what the user can act on
         raise store_error(e, f"s3://{bucket}/{prefix}", storage) from None
     return found
@@ -354,14 +364,35 @@ def store_error(error: BaseException, url: str, storage: StorageConfig, key: str
             f"bucket {bucket!r} does not exist at {where}: check the bucket name, and storage.endpoint_url / "
             "storage.region if the bucket lives elsewhere",
         )
-    if any(s in text for s in ("tcp connect error", "ConnectionRefused", "dns error", "Connection refused",
-                                "error sending request", "timed out", "Timeout")):  # fmt: skip
+    if any(
+        s in text
+        for s in (
+            "tcp connect error",
+            "ConnectionRefused",
+            "dns error",
+            "Connection refused",
+            "error sending request",
+            "timed out",
+            "Timeout",
+        )
+    ):
         return ConfigError(
             "storage.endpoint_url",
             f"cannot reach {where} for {url} ({first}): check storage.endpoint_url and the network",
         )
-    if any(s in text for s in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403 Forbidden",
-                                "ExpiredToken", "InvalidToken", "Unauthenticated", "credential")):  # fmt: skip
+    if any(
+        s in text
+        for s in (
+            "InvalidAccessKeyId",
+            "SignatureDoesNotMatch",
+            "AccessDenied",
+            "403 Forbidden",
+            "ExpiredToken",
+            "InvalidToken",
+            "Unauthenticated",
+            "credential",
+        )
+    ):
         return ConfigError(
             "storage",
             f"{where} refused the credentials for bucket {bucket!r} ({_error_code(text)}): check the AWS "

@@ -110,6 +110,7 @@ PathStr = Annotated[str, AfterValidator(_resolve)]
 
 
 def as_paths(value: Any) -> tuple[str, ...]:
+    """``inputs.paths``: one glob or a list of them, each resolved (a URL stays as it is)."""
     if value is None:
         return ()
     if isinstance(value, str):
@@ -120,6 +121,7 @@ def as_paths(value: Any) -> tuple[str, ...]:
 
 
 def as_bands(value: Any) -> tuple[str, ...] | None:
+    """``inputs.bands``: null, or band names in the order wanted (numbers become names)."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -134,6 +136,7 @@ def as_bands(value: Any) -> tuple[str, ...] | None:
 
 
 def as_assets(value: Any) -> Any:
+    """``inputs.assets``: null, {band: asset key}, or a list of asset keys named as themselves."""
     if value is None:
         return None
     if isinstance(value, list):
@@ -144,6 +147,7 @@ def as_assets(value: Any) -> Any:
 
 
 def as_gdal_env(value: Any) -> Any:
+    """``inputs.gdal_env``: GDAL options as strings (booleans as YES/NO); credentials are refused."""
     if value is None:
         return {}
     if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
@@ -158,6 +162,7 @@ def as_gdal_env(value: Any) -> Any:
 
 
 def as_crs(value: Any) -> str:
+    """``grid.crs``: anything pyproj reads as a CRS, kept as given."""
     try:
         return validate_crs(value, "grid.crs")
     except ConfigError as e:
@@ -169,6 +174,7 @@ def _positive(value: Any) -> bool:
 
 
 def as_resolution(value: Any) -> tuple[float, float]:
+    """``grid.resolution``: one positive number, or [x, y]."""
     if isinstance(value, (list, tuple)) and len(value) == 2 and all(_positive(v) for v in value):
         return float(value[0]), float(value[1])
     if _positive(value):
@@ -177,6 +183,7 @@ def as_resolution(value: Any) -> tuple[float, float]:
 
 
 def as_bounds(value: Any) -> tuple[float, float, float, float] | None:
+    """``grid.bounds``: null, or [xmin, ymin, xmax, ymax] with min < max."""
     if value is None:
         return None
     if (
@@ -191,16 +198,19 @@ def as_bounds(value: Any) -> tuple[float, float, float, float] | None:
 
 
 def auto_none(value: Any) -> Any:
+    """``auto`` as None (the value then comes from the machine or the run)."""
     return None if value == "auto" else value
 
 
 def as_scheduler(value: str) -> str:
+    """``execution.scheduler``: one of the modes, or a scheduler's address."""
     if value not in SCHEDULERS and "://" not in value:
         raise ValueError(f"must be auto | threads | local-cluster or an address like tcp://host:8786, got {value!r}")
     return value
 
 
 def as_endpoint(value: str | None) -> str | None:
+    """``storage.endpoint_url``: null, or an http(s) URL."""
     if value is not None and not value.startswith(("http://", "https://")):
         raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
     return value

@@ -178,16 +178,22 @@ class GridConfig(Section):
 
 
 class ChunksConfig(Section):
+    """The spatial chunk shape of every array."""
+
     y: PosInt = Field(1024, description="Rows per chunk.")
     x: PosInt = Field(1024, description="Columns per chunk.")
 
 
 class ShardsConfig(Section):
+    """Zarr v3 shards: several chunks in one object."""
+
     y: PosInt = Field(description="Rows per shard (a multiple of output.chunks.y; default: that).")
     x: PosInt = Field(description="Columns per shard (a multiple of output.chunks.x; default: that).")
 
 
 class CompressionConfig(Section):
+    """The codec every chunk is compressed with."""
+
     codec: Codec = Field("zstd", description="zstd | blosc | gzip | none.")
     level: Integer = Field(3, description="The codec's compression level.")
 
@@ -226,6 +232,7 @@ class OutputConfig(Section):
 
     @property
     def chunks_yx(self) -> tuple[int, int]:
+        """The chunk shape (rows, columns)."""
         return self.chunks.y, self.chunks.x
 
     @property
@@ -235,10 +242,12 @@ class OutputConfig(Section):
 
     @property
     def codec(self) -> str:
+        """``compression.codec``."""
         return self.compression.codec
 
     @property
     def level(self) -> int:
+        """``compression.level``."""
         return self.compression.level
 
 
@@ -283,6 +292,8 @@ class ExecutionConfig(Section):
 
 
 class ReportConfig(Section):
+    """Where the run's report goes."""
+
     path: PathStr | None = Field(None, description="The report JSON; null: <output.path minus .zarr>.report.json.")
 
 
@@ -320,6 +331,7 @@ class Config(Section):
 
     @classmethod
     def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Config:  # type: ignore[override]
+        """As pydantic's, with every problem a ConfigError naming the dotted key."""
         try:
             return super().model_validate(obj, *args, **kwargs)
         except ValidationError as e:
@@ -356,6 +368,7 @@ class Config(Section):
 
     @property
     def report_path(self) -> str:
+        """Where the report is written (``report.path``, filled in from ``output.path`` when not given)."""
         assert self.report.path is not None  # filled in from output.path by validation
         return self.report.path
 

@@ -49,6 +49,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class RunResult:
+    """What a run gives back: its report, its exit code and its config."""
+
     report: dict[str, Any]
     """The report (what ``report.path`` holds); :func:`pipeline.run` gives it attribute access too."""
     exit_code: int

@@ -28,6 +28,9 @@ from pipeline.store.write import StoreWriter, journal_record
 
 @dataclass(frozen=True)
 class TaskContext:
+    """What every task of a run shares: the store, the grid, the bands, the method and the rules;
+    identifiers only, so it pickles small."""
+
     store_path: str
     grid_crs: str
     grid_transform: tuple[float, float, float, float, float, float]

@@ -83,8 +83,13 @@ def _block_bytes(ds: Any, r0: int, c0: int, h: int, w: int) -> int:
     pixel bytes where the format does not say."""
     try:
         by, bx = ds.block_shapes[0]
-        return int(sum(ds.block_size(1, i, j) for i in range(r0 // by, (r0 + h - 1) // by + 1)
-                       for j in range(c0 // bx, (c0 + w - 1) // bx + 1)))  # fmt: skip
+        return int(
+            sum(
+                ds.block_size(1, i, j)
+                for i in range(r0 // by, (r0 + h - 1) // by + 1)
+                for j in range(c0 // bx, (c0 + w - 1) // bx + 1)
+            )
+        )
     except Exception:  # noqa: BLE001 - a format without block sizes (or an overview wrapper)
         return h * w * np.dtype(ds.dtypes[0]).itemsize
 

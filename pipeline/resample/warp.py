@@ -41,6 +41,7 @@ def _crs(text: str) -> Any:
 
 @lru_cache(maxsize=1024)
 def same_crs(a: str, b: str) -> bool:
+    """Whether two CRS strings name the same CRS (pyproj's equality; cached)."""
     return a == b or bool(_crs(a) == _crs(b))
 
 
@@ -173,8 +174,16 @@ class MapCache:
         grid: RowSpan | None,
     ) -> tuple[tuple[Any, ...], CoordMap]:
         """(key, map) for this geometry: the kept map, else a new one (kept once :meth:`settle` sizes it)."""
-        key = (tuple(src.transform), src.window[2:], src.crs, tuple(dst_shape_yx), tuple(dst_transform[:6]),
-               dst_crs, method, grid)  # fmt: skip
+        key = (
+            tuple(src.transform),
+            src.window[2:],
+            src.crs,
+            tuple(dst_shape_yx),
+            tuple(dst_transform[:6]),
+            dst_crs,
+            method,
+            grid,
+        )
         counts = self._counts()
         with self._lock:
             found = self._maps.get(key)
@@ -212,6 +221,7 @@ class MapCache:
         return counts[0], counts[1]
 
     def clear(self) -> None:
+        """Forget every kept map."""
         with self._lock:
             self._maps.clear()
             self.bytes = 0

@@ -114,6 +114,7 @@ def sharding_json(inner: list[dict[str, Any]], chunks: tuple[int, ...]) -> list[
 
 
 def output_store(path: str, storage: StorageConfig | None) -> Any:
+    """The obstore store of the output at ``path`` (cached per path and storage settings)."""
     return cached_store(path, storage or default_storage())
 
 
@@ -122,6 +123,7 @@ def _put_json(store: Any, key: str, doc: dict[str, Any]) -> None:
 
 
 def get_json(store: Any, key: str) -> dict[str, Any] | None:
+    """The JSON object at ``key``, or None where there is none (ValueError: not an object)."""
     raw = read_bytes(store, key)
     if raw is None:
         return None
@@ -143,6 +145,7 @@ def _root_json(path: str, storage: StorageConfig | None) -> dict[str, Any] | Non
 
 
 def store_is_complete(path: str, storage: StorageConfig | None = None) -> bool:
+    """Whether the store at ``path`` is one this pipeline finished (its attributes say ``pipeline_complete``)."""
     try:
         root = _root_json(path, storage)
     except (OSError, ValueError):  # unreadable: not complete
@@ -373,6 +376,8 @@ def store_config(path: str, storage: StorageConfig | None = None) -> dict[str, A
 
 @dataclass(frozen=True)
 class StoreUsage:
+    """What a finished store holds: all its bytes, and its chunk objects and their bytes."""
+
     bytes: int
     """Every object of the store."""
     data_objects: int
@@ -413,4 +418,5 @@ def finalize_store(path: str, storage: StorageConfig | None = None) -> StoreUsag
 
 
 def store_size(path: str, storage: StorageConfig | None = None) -> int:
+    """Bytes of every object under ``path`` (0 where nothing is there)."""
     return 0 if _local_missing(path) else sum(size for _, size in list_keys(output_store(path, storage)))
