@@ -126,7 +126,9 @@ def test_index_keyed_by_etag_and_trusted_without_the_store(tmp_path, s3_server, 
     key = tiles[0].split(f"{s3_bucket}/", 1)[1]
     local = small_dir / key.split("tiles/", 1)[1]
     client = s3_server.client()
-    client.put_object(Bucket=s3_bucket, Key=key, Body=local.read_bytes()[:-1] + b"\0")
+    body = local.read_bytes()
+    changed = body[:-1] + bytes([body[-1] ^ 0xFF])  # the last byte flipped: the content surely differs
+    client.put_object(Bucket=s3_bucket, Key=key, Body=changed)
     assert build_catalog(cfg).headers_read == 1
     # trust_index: no request to the store at all, so a dead endpoint plans the same tiles.
     dead = f"http://127.0.0.1:{free_port()}"
