@@ -68,3 +68,18 @@ def test_a_local_run_does_not_import_boto3_and_rasterio_still_gets_it(tmp_path: 
     r = subprocess.run([sys.executable, "-c", CHILD, str(cfg)], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["0", "False", "boto3.session"]
+
+
+def test_the_command_inside_another_program_leaves_its_collector_alone(tmp_path: Path, small_dir: Path) -> None:
+    import gc
+
+    from click.testing import CliRunner
+
+    from pipeline.cli import main
+    from tests.helpers import write_config
+
+    cfg = write_config(tmp_path, str(small_dir / "**" / "*.tif"), execution={"scheduler": "threads"})
+    frozen = gc.get_freeze_count()
+    result = CliRunner().invoke(main, ["run", str(cfg), "-q"])
+    assert result.exit_code == 0, result.output
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
