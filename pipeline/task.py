@@ -80,8 +80,8 @@ def import_rasterio() -> None:
     it imports up front for the AWS sessions of ``s3://`` reads: where neither is imported yet, boto3 is
     held by a stand-in while rasterio imports and then imported on rasterio's first use of it, in the
     import system's usual thread-safe way. Another thread importing boto3 during those ~0.1 s gets the
-    stand-in, which works for attributes but not for ``import boto3.x``; a run calls this in its driver
-    before its threads start."""
+    stand-in, which works for attributes but not for ``import boto3.x``: a threads run calls this in its
+    driver before its threads start (:func:`pipeline.execute.run`)."""
     if "rasterio" in sys.modules or "boto3" in sys.modules:
         return
     import importlib.util
@@ -107,7 +107,6 @@ def warm_up(
     opened) and the tiles' CRSs (the transformers from the grid's CRS to theirs are made). ``local``:
     a worker of the run's own cluster, whose allocator is tuned (:func:`pipeline.workers.tune_malloc`).
     """
-    import_rasterio()
     netstats.clear_cache()  # a run reads objects as they are now (a long-lived process may hold old ones)
     if local:
         from pipeline.workers import tune_malloc
