@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import pickle
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -230,6 +231,57 @@ def _prepare_store(config: Config, plan: Plan, *, overwrite: bool, resume: bool)
     return set()
 
 
+def _move_aside(config: Config, *, overwrite: bool, resume: bool) -> threading.Thread | None:
+    """With ``--overwrite``, a local store this pipeline wrote is renamed into a hidden folder beside it
+    and deleted there while the run goes on; the thread that waits for the deletion is returned, to be
+    joined before the store is finalized. None where there is nothing to move or it cannot be moved
+    (:func:`pipeline.write.create_store` then checks and removes what is there itself).
+
+    Deleting a case-study cube (296 files, 46 MB) takes 0.15-0.2 s, nearly all of it waiting on the
+    disk (``rm -rf``: 0.03 s of CPU). ``rm`` runs it in its own process: ``shutil.rmtree`` on a thread
+    takes the GIL back after every file and overlapped nothing with the driver's start (measured)."""
+    import tempfile
+
+    from pipeline.storage import scheme
+    from pipeline.store.layout import inspect_output
+
+    path = os.path.abspath(config.output.path) if scheme(config.output.path) == "file" else None
+    if not overwrite or path is None or (resume and store_exists(path, config.storage)):
+        return None
+    if inspect_output(path, config.storage) != "":  # nothing there, or not a store of this pipeline
+        return None
+    parent, name = os.path.split(path)
+    try:
+        aside = tempfile.mkdtemp(prefix=f".{name}.replaced-", dir=parent)
+    except OSError:
+        return None
+    try:
+        os.rename(path, os.path.join(aside, name))
+    except OSError:
+        os.rmdir(aside)
+        return None
+    logger.info("removing existing store %s (--overwrite), moved to %s", path, aside)
+
+    def remove() -> None:
+        import subprocess
+
+        try:
+            done = subprocess.run(["rm", "-rf", "--", aside], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            error = done.stderr.decode(errors="replace").strip() if done.returncode else ""
+        except OSError:  # no rm here
+            try:
+                shutil.rmtree(aside)
+                error = ""
+            except OSError as e:
+                error = str(e)
+        if error:
+            logger.warning("could not remove the replaced store, moved to %s: %s; remove it yourself", aside, error)
+
+    thread = threading.Thread(target=remove, name="pipeline-remove-old-store")
+    thread.start()
+    return thread
+
+
 def _decide_devices(client: Any, config: Config, todo: list[Any], ctx: TaskContext) -> list[tuple[str, str]]:
     """Probe the workers' GPUs, calibrate one if needed, and decide each task's device with its reason."""
     gpus = client.run(probe_worker)
@@ -327,7 +379,7 @@ def _execute_threads(
 
     n = (config.execution.workers or os.cpu_count() or 1) * config.execution.threads_per_worker
     n = max(1, min(n, len(todo)))
-    warm_up(None, ctx, crs, True)
+    warm_up(None, ctx, crs)  # (this process is the caller's: its allocator is left as it is)
     decisions = _decide_devices(_InProcess(), config, todo, ctx)
     records: list[dict[str, Any]] = []
     names = [f"thread-{i}" for i in range(n)]
@@ -474,6 +526,7 @@ def run(
         check_request("gpu", {"local": asdict(detect_gpu())})  # refuse before anything is written
     config_hash = config.output_hash()
     with clock.stage("write"):
+        removing = _move_aside(config, overwrite=overwrite, resume=resume)
         done = _prepare_store(config, plan, overwrite=overwrite, resume=resume)
     todo = [plan.partitions[i] for i, key in enumerate(plan.partitions.keys()) if key not in done]
     # Costliest first (stable: equal ones keep plan order), so the run ends on its cheapest partitions
@@ -508,6 +561,8 @@ def run(
         records, exec_wall, threads, worker_names, info = _execute(config, todo, ctx, progress, crs, client)
 
     with clock.stage("finalize"):
+        if removing is not None:
+            removing.join()
         usage = finalize_store(config.output.path, config.storage)
     records.sort(key=lambda r: r["index"])
     skipped = list(catalog.skipped)

@@ -1,4 +1,5 @@
-"""How the local cluster's worker processes start (imports nothing heavy, so the CLI can call it first).
+"""How the processes the pipeline owns start: the local cluster's workers, and the ``pipeline run``
+command's own (imports nothing heavy, so the CLI can call it first).
 
 On Linux they are forked from a *fork server*: a fresh, single-threaded process that imports the
 worker's stack once (numpy, rasterio, zarr, distributed, the task code). :func:`start_worker_server`
@@ -18,6 +19,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import types
+from typing import Any
 
 WORKER_PRELOAD = ("numpy", "numcodecs", "rasterio", "rasterio.warp", "distributed", "pipeline.execute.task")
 """Modules the fork server imports once for every worker. Not zarr-python: workers write chunks themselves
@@ -73,3 +76,37 @@ def start_worker_server() -> None:
 
     multiprocessing.get_context("forkserver").set_forkserver_preload(list(WORKER_PRELOAD))
     forkserver.ensure_running()
+
+
+class _Boto3OnDemand(types.ModuleType):
+    """Stands for boto3 in ``rasterio.session``, which imports it when rasterio is imported but uses it
+    only to make the AWS session of a remote read: the real boto3 is imported on first use."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # module dunders (``__path__``, ``__spec__``...): not a package stand-in
+            raise AttributeError(name)
+        import importlib
+
+        return getattr(importlib.import_module("boto3"), name)
+
+
+def import_rasterio() -> None:
+    """Import rasterio without boto3 (with botocore and s3transfer, ~0.2 s of a short run's start), which
+    it imports up front for the AWS sessions of ``s3://`` reads: where neither is imported yet, boto3 is
+    held by a stand-in while rasterio imports and then imported on rasterio's first use of it, in the
+    import system's usual thread-safe way. Another thread importing boto3 during those ~0.1 s gets the
+    stand-in, which works for attributes but not for ``import boto3.x``: so only the ``pipeline run``
+    command calls this, first thing, in its own process (:func:`pipeline.run` from Python leaves a
+    caller's modules alone)."""
+    if "rasterio" in sys.modules or "boto3" in sys.modules:
+        return
+    import importlib.util
+
+    stand_in = _Boto3OnDemand("boto3") if importlib.util.find_spec("boto3") is not None else None
+    if stand_in is not None:
+        sys.modules["boto3"] = stand_in
+    try:
+        import rasterio  # noqa: F401
+    finally:
+        if stand_in is not None and sys.modules.get("boto3") is stand_in:
+            del sys.modules["boto3"]

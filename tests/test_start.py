@@ -1,0 +1,114 @@
+"""A run's fixed costs: what it imports, and how ``--overwrite`` removes the store it replaces."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.execute.runner import run
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_overwrite_replaces_the_store_and_leaves_nothing_beside_it(tmp_path: Path, small_config: Any) -> None:
+    out = tmp_path / "cube" / "out.zarr"
+    cfg = small_config(f"output.path={out}", "report.path=" + str(tmp_path / "report.json"))
+    run(cfg)
+    first = _files(out)
+    stale = next(p for p in out.iterdir() if p.is_dir() and (p / "c").is_dir()) / "c" / "99" / "99"
+    stale.mkdir(parents=True)
+    (stale / "99").write_bytes(b"a chunk no plan of this grid writes")
+    result = run(cfg, overwrite=True)
+    assert result.exit_code == 0
+    assert not stale.exists()
+    assert os.listdir(out.parent) == ["out.zarr"]  # the hidden folder it was moved into is gone too
+    again = _files(out)
+    assert again.keys() == first.keys()
+    chunks = [k for k in first if "/c/" in k]
+    assert chunks and all(again[k] == first[k] for k in chunks)
+
+
+def test_overwrite_leaves_what_the_pipeline_did_not_write(tmp_path: Path, small_config: Any) -> None:
+    out = tmp_path / "cube" / "out.zarr"
+    out.mkdir(parents=True)
+    (out / "thesis.tex").write_text("years of work")
+    cfg = small_config(f"output.path={out}", "report.path=" + str(tmp_path / "report.json"))
+    with pytest.raises(ConfigError) as err:
+        run(cfg, overwrite=True)
+    assert err.value.key == "output.path"
+    assert os.listdir(out.parent) == ["out.zarr"] and _files(out) == {"thesis.tex": b"years of work"}
+
+
+CHILD = """
+import sys
+from pipeline.execute.workers import import_rasterio
+import_rasterio()
+import pipeline
+from pipeline.config import load_config
+result = pipeline.run(load_config(sys.argv[1]), overwrite=True)
+loaded = "boto3" in sys.modules
+import rasterio.session
+session = rasterio.session.AWSSession(aws_access_key_id="testing", aws_secret_access_key="testing")
+print(result.exit_code, loaded, type(session._session).__module__)
+"""
+
+
+def _without_aws_keys() -> dict[str, str]:
+    """The environment less AWS keys: with them rasterio starts an AWS session (boto3) for every
+    dataset, local or not."""
+    return {k: v for k, v in os.environ.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+
+
+def test_after_import_rasterio_a_local_run_does_not_import_boto3_and_rasterio_still_gets_it(
+    tmp_path: Path, small_dir: Path
+) -> None:
+    from tests.helpers import write_config
+
+    cfg = write_config(tmp_path, str(small_dir / "**" / "*.tif"), execution={"scheduler": "threads"})
+    env = _without_aws_keys()
+    r = subprocess.run([sys.executable, "-c", CHILD, str(cfg)], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0", "False", "boto3.session"]
+
+
+def test_the_command_imports_no_boto3_for_a_local_run_and_the_api_leaves_modules_alone(
+    tmp_path: Path, small_dir: Path
+) -> None:
+    """``pipeline run`` (its own process) imports rasterio without boto3; ``pipeline.run`` from Python
+    does not touch the caller's modules, so there rasterio brings boto3 in as it always does."""
+    from tests.helpers import write_config
+
+    cfg = write_config(tmp_path, str(small_dir / "**" / "*.tif"), execution={"scheduler": "threads"})
+    env = _without_aws_keys()
+    cmd = [sys.executable, "-X", "importtime", "-m", "pipeline", "run", str(cfg), "-q", "--overwrite"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")]
+    assert "rasterio" in imported and "boto3" not in imported
+    api = "import sys, pipeline; from pipeline.config import load_config; "
+    api += "pipeline.run(load_config(sys.argv[1]), overwrite=True); print('boto3' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", api, str(cfg)], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0 and r.stdout.split() == ["True"], r.stderr[-2000:]
+
+
+def test_the_command_inside_another_program_leaves_its_collector_alone(tmp_path: Path, small_dir: Path) -> None:
+    import gc
+
+    from click.testing import CliRunner
+
+    from pipeline.cli import main
+    from tests.helpers import write_config
+
+    cfg = write_config(tmp_path, str(small_dir / "**" / "*.tif"), execution={"scheduler": "threads"})
+    frozen = gc.get_freeze_count()
+    result = CliRunner().invoke(main, ["run", str(cfg), "-q"])
+    assert result.exit_code == 0, result.output
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
