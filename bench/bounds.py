@@ -8,7 +8,8 @@ Four whole-process commands, interleaved, medians after a warm-up (as ``bench/pe
   copy of each source window, so it reads, plans, schedules and writes as usual (its cube is not
   resampled and is written apart);
 * start-up alone: a Python process that imports what a run imports (the CLI, the config model, the
-  stages, rasterio, numcodecs, pyarrow) and exits: the fixed cost of any run before its first pixel;
+  stages, rasterio, numcodecs, pyarrow), as ``pipeline run`` does, and exits: the fixed cost of any
+  run before its first pixel;
 * gdalwarp, 2 at a time (the fastest peer).
 
 Then the floor from ``bench/results/floor.json`` (``bench/floor.py``: decode every needed input byte and
@@ -33,10 +34,11 @@ TARGET = 0.5 if peers.SUFFIX else 0.6
 """The target against gdalwarp: 0.6x on the case study, 0.5x on 4x its work (`make bench-scale`)."""
 
 START_ALONE = (
+    "import gc; gc.disable(); from pipeline.execute.workers import import_rasterio; import_rasterio(); "
     "import pipeline.cli, pipeline.config.model, pipeline.execute.runner, pipeline.execute.task, "
-    "pipeline.inputs.catalog, rasterio, rasterio.warp, numcodecs, pyarrow.parquet"
+    "pipeline.inputs.catalog, rasterio.warp, numcodecs, pyarrow.parquet"
 )
-"""What a run imports: the modules of its driver and its tasks, and the libraries they load."""
+"""What a run imports, the way ``pipeline run`` imports it (the collector off, rasterio without boto3)."""
 
 
 def run_free() -> None:

@@ -1,5 +1,5 @@
 """Threads against a local cluster, whole processes, on fixtures of growing size: the measurement behind
-``execution.scheduler: auto`` (:data:`pipeline.execute.runner.AUTO_THREADS_MAX_MB`).
+``execution.scheduler: auto`` (:data:`pipeline.execute.schedulers.AUTO_THREADS_MAX_MB`).
 
 For each config (``configs/small.yaml``, ``configs/casestudy.yaml``, and ``configs/casestudy-x4.yaml``
 where its fixture exists): ``pipeline run CONFIG --workers 2 --set execution.scheduler=S`` for S in

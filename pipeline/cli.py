@@ -85,8 +85,18 @@ def main() -> None:
 @click.option("-v", "--verbose", count=True)
 @click.option("-q", "--quiet", is_flag=True)
 @_exits
-def run(config: str, sets: tuple[str, ...], workers: int | None, scheduler: str | None, device: str | None,
-        resume: bool, overwrite: bool, report_path: str | None, verbose: int, quiet: bool) -> None:  # fmt: skip
+def run(
+    config: str,
+    sets: tuple[str, ...],
+    workers: int | None,
+    scheduler: str | None,
+    device: str | None,
+    resume: bool,
+    overwrite: bool,
+    report_path: str | None,
+    verbose: int,
+    quiet: bool,
+) -> None:
     """Index, plan, read, resample and write the datacube described by CONFIG."""
     import gc
 
@@ -166,8 +176,9 @@ def _leave(code: int) -> None:
 @click.option("--target-time", type=float, default=180.0, show_default=True, help="Seconds, for --from-report.")
 @click.option("-v", "--verbose", count=True)
 @_exits
-def plan(config: str, sets: tuple[str, ...], as_json: bool, from_report: str | None, target_time: float,
-         verbose: int) -> None:  # fmt: skip
+def plan(
+    config: str, sets: tuple[str, ...], as_json: bool, from_report: str | None, target_time: float, verbose: int
+) -> None:
     """Dry run: inputs, target grid, partitions, bytes, task count. Reads no pixels."""
     from pipeline.api import plan as plan_pipeline
 
@@ -186,19 +197,26 @@ def plan(config: str, sets: tuple[str, ...], as_json: bool, from_report: str | N
         click.echo(json.dumps(summary, indent=1))
         return
     g = summary["grid"]
-    click.echo(f"inputs      {summary['inputs']['files']} files ({summary['inputs']['bytes'] / 1e6:.1f} MB), "
-               f"{len(summary['inputs']['skipped'])} skipped; bands {', '.join(summary['bands'])}; "
-               f"{len(summary['times'])} dates")  # fmt: skip
-    click.echo(f"grid        {g['crs']} {g['shape_yx'][1]}x{g['shape_yx'][0]} px at {g['res_xy']}, "
-               f"bounds {g['bounds']}")  # fmt: skip
-    click.echo(f"chunks      {summary['chunks']} in the cube ({g['chunks_yx'][0]}x{g['chunks_yx'][1]}), "
-               f"{summary['jobs']} with data, {summary['windows']} source windows")  # fmt: skip
+    click.echo(
+        f"inputs      {summary['inputs']['files']} files ({summary['inputs']['bytes'] / 1e6:.1f} MB), "
+        f"{len(summary['inputs']['skipped'])} skipped; bands {', '.join(summary['bands'])}; "
+        f"{len(summary['times'])} dates"
+    )
+    click.echo(
+        f"grid        {g['crs']} {g['shape_yx'][1]}x{g['shape_yx'][0]} px at {g['res_xy']}, bounds {g['bounds']}"
+    )
+    click.echo(
+        f"chunks      {summary['chunks']} in the cube ({g['chunks_yx'][0]}x{g['chunks_yx'][1]}), "
+        f"{summary['jobs']} with data, {summary['windows']} source windows"
+    )
     click.echo(
         f"tasks       {summary['tasks']} partitions of ~{cfg.execution.partition_mb:g} MB "
         f"(median {summary['partition_mb']['median']:.1f} MB, max {summary['partition_mb']['max']:.1f} MB)"
     )
-    click.echo(f"bytes       read {summary['bytes_to_read'] / 1e6:.1f} MB, write {summary['bytes_out'] / 1e6:.1f} MB "
-               f"raw; overview levels {summary['levels_used']}")  # fmt: skip
+    click.echo(
+        f"bytes       read {summary['bytes_to_read'] / 1e6:.1f} MB, write {summary['bytes_out'] / 1e6:.1f} MB "
+        f"raw; overview levels {summary['levels_used']}"
+    )
     for line in summary["advice"]:
         click.echo(f"advice      {line}")
     if "sizing" in summary:
@@ -221,8 +239,9 @@ def index(config: str, sets: tuple[str, ...], verbose: int) -> None:
     if not cfg.inputs.index:
         raise ConfigError("inputs.index", "is not set; give a path such as ../out/tiles.parquet")
     cat = build_catalog(cfg)
-    click.echo(f"{cfg.inputs.index}: {len(cat.tiles)} tiles ({cat.headers_read} headers read, "
-               f"{len(cat.skipped)} skipped)")  # fmt: skip
+    click.echo(
+        f"{cfg.inputs.index}: {len(cat.tiles)} tiles ({cat.headers_read} headers read, {len(cat.skipped)} skipped)"
+    )
     sys.exit(3 if cat.skipped else 0)
 
 

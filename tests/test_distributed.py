@@ -175,7 +175,7 @@ def test_local_workers_tune_glibcs_allocator() -> None:
 
 def test_the_local_clusters_workers_run_without_distributeds_profiler(small_config: Any) -> None:
     """Its 10 ms stack sampling holds each worker's GIL; the report times the stages itself."""
-    from pipeline.execute.runner import _start_client
+    from pipeline.execute.schedulers import _start_client
 
     client, cluster = _start_client(small_config("execution.workers=1"), n_partitions=1)
     try:

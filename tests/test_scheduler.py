@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import zarr
 
-import pipeline.execute.runner
+import pipeline.execute.schedulers
 from pipeline.config import load_config
-from pipeline.execute.runner import AUTO_THREADS_MAX_MB, choose_scheduler, plan_run, run
+from pipeline.execute.runner import plan_run, run
+from pipeline.execute.schedulers import AUTO_THREADS_MAX_MB, choose_scheduler
 from tests.helpers import write_config
 
 BANDS = ("B01", "B02", "B04", "B11")
@@ -63,7 +64,7 @@ def test_local_cluster_report_has_each_workers_memory(runs: dict[str, Any]) -> N
 def test_a_failed_task_is_retried_under_threads(
     tmp_path: Path, small_dir: Path, runs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = pipeline.execute.runner.run_partition
+    real = pipeline.execute.schedulers.run_partition
     calls: dict[str, int] = {}
     victim: list[str] = []
 
@@ -75,7 +76,7 @@ def test_a_failed_task_is_retried_under_threads(
             raise OSError("worker lost (planted)")
         return real(p, *args)
 
-    monkeypatch.setattr(pipeline.execute.runner, "run_partition", fails_once)
+    monkeypatch.setattr(pipeline.execute.schedulers, "run_partition", fails_once)
     cfg = load_config(
         write_config(tmp_path, str(small_dir / "**" / "*.tif")), ["execution.scheduler=threads", "execution.retries=1"]
     )
@@ -94,7 +95,7 @@ def test_a_task_failing_past_its_retries_fails_the_run_under_threads(
         calls[0] += 1
         raise OSError("disk gone (planted)")
 
-    monkeypatch.setattr(pipeline.execute.runner, "run_partition", always_fails)
+    monkeypatch.setattr(pipeline.execute.schedulers, "run_partition", always_fails)
     cfg = load_config(
         write_config(tmp_path, str(small_dir / "**" / "*.tif")),
         ["execution.scheduler=threads", "execution.retries=2", "execution.partition_mb=256"],
@@ -122,7 +123,7 @@ def test_auto_picks_a_cluster_above_the_bound_for_addresses_and_gpus(
     todo = [plan.partitions[i] for i in range(len(plan.partitions))]
     assert sum(p.cost_bytes for p in todo) / 1e6 < AUTO_THREADS_MAX_MB
     assert choose_scheduler(cfg, todo)[0] == "threads"
-    monkeypatch.setattr(pipeline.execute.runner, "AUTO_THREADS_MAX_MB", 0.5)  # the small fixture counts as large
+    monkeypatch.setattr(pipeline.execute.schedulers, "AUTO_THREADS_MAX_MB", 0.5)  # the small fixture counts as large
     scheduler, reason = choose_scheduler(cfg, todo)
     assert scheduler == "local-cluster" and "> 0 MB" in reason
     address = load_config(path, ["execution.scheduler=tcp://127.0.0.1:8786"])
@@ -130,7 +131,7 @@ def test_auto_picks_a_cluster_above_the_bound_for_addresses_and_gpus(
     gpu = load_config(path, ["execution.device=gpu"])
     assert choose_scheduler(gpu, todo)[0] == "local-cluster"
     forced = load_config(path, ["execution.scheduler=threads"])
-    monkeypatch.setattr(pipeline.execute.runner, "AUTO_THREADS_MAX_MB", 0.0)
+    monkeypatch.setattr(pipeline.execute.schedulers, "AUTO_THREADS_MAX_MB", 0.0)
     assert choose_scheduler(forced, todo)[0] == "threads"
 
 

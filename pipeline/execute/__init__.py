@@ -1,7 +1,8 @@
 """Execution: the wiring from a config to a finished cube, and the one task that does the work.
 
-* :mod:`~pipeline.execute.runner`: index -> plan -> store template -> tasks on Dask (threads in this
-  process, a local cluster, or a cluster by address) -> finalize -> report;
+* :mod:`~pipeline.execute.runner`: index -> plan -> store template -> tasks -> finalize -> report;
+* :mod:`~pipeline.execute.schedulers`: where the tasks run (threads in this process, a local cluster,
+  or a cluster by address), costliest first, with retries;
 * :mod:`~pipeline.execute.task`: one partition: read, resample, fuse and write each of its chunks;
 * :mod:`~pipeline.execute.device`: which device resamples each task and why (GPU detection, parity
   check, cost model);

@@ -6,18 +6,13 @@ consumed with ``as_completed`` so no task blocks another.
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import json
 import logging
 import os
 import pickle
 import shutil
 import threading
-import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -27,21 +22,17 @@ from pipeline.config import Config, is_url
 from pipeline.errors import ConfigError
 from pipeline.execute.device import (
     check_request,
-    decide,
     detect_gpu,
-    load_profile,
-    probe_worker,
-    submit_options,
-    task_work,
 )
-from pipeline.execute.task import TaskContext, peak_rss_mb, run_partition, warm_up
-from pipeline.execute.workers import WORKER_MALLOC, start_worker_server, worker_start_method
+from pipeline.execute.schedulers import execute_tasks, threads_available
+from pipeline.execute.task import TaskContext, peak_rss_mb
+from pipeline.execute.workers import start_worker_server
 from pipeline.inputs.catalog import build_catalog
 from pipeline.inputs.netstats import summarise as summarise_network
 from pipeline.planning.plan import Plan, compute_plan
 from pipeline.report.diagnostics import compute_diagnostics, compute_stragglers, compute_task_overhead
 from pipeline.report.summary import StageClock, compute_stages, summarise_workers, write_report
-from pipeline.storage import worker_environment, write_object
+from pipeline.storage import write_object
 from pipeline.store.layout import create_store, finalize_store, journal_done, store_config, store_exists
 from pipeline.store.write import store_stamp
 
@@ -96,39 +87,6 @@ def plan_run(config: Config, clock: StageClock | None = None) -> tuple[Any, Plan
     return catalog, plan
 
 
-def _worker_log_level() -> int:
-    """Task errors come back to the driver and are reported there; the local workers' own copies are noise."""
-    return logging.WARNING if logger.isEnabledFor(logging.DEBUG) else logging.CRITICAL
-
-
-def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
-    import dask
-    from distributed import Client, LocalCluster
-
-    if config.execution.address:
-        return Client(config.execution.address, timeout="30s"), None
-    start_worker_server()  # idempotent: `local-cluster` runs started it before planning; `auto` starts it here
-    n = config.execution.workers or os.cpu_count() or 1
-    n = max(1, min(n, n_partitions))
-    settings: dict[str, Any] = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_MALLOC.items()}
-    # distributed's statistical profiler samples each worker's task thread every 10 ms, holding the GIL
-    # (~5% of a worker's CPU here); the report times the stages itself and never reads that profile.
-    settings["distributed.worker.profile.enabled"] = False
-    # distributed imports the packages it would preload on its first forkserver context (pandas among them,
-    # ~0.3 s of the driver): a cost only clusters pay, which auto keeps for jobs where it is small.
-    settings["distributed.worker.multiprocessing-method"] = worker_start_method()  # server: run()
-    with dask.config.set(settings):
-        cluster = LocalCluster(
-            n_workers=n,
-            threads_per_worker=config.execution.threads_per_worker,
-            processes=True,
-            dashboard_address=None,
-            silence_logs=_worker_log_level(),
-            env=worker_environment(),  # the AWS chain as it is now (the fork server's may be older)
-        )
-    return Client(cluster), cluster
-
-
 PLAN_CHUNK_BYTES = 16 * 1024
 """``pipeline plan`` advises larger ``output.chunks`` below this many bytes a chunk: fixed per-chunk costs
 were 69% of a 8 KiB chunk's time and 14% of a 32 KiB one's on the small fixture (the ``chunk_size``
@@ -145,13 +103,17 @@ def _plan_chunk_advice(plan: Plan) -> list[str]:
     chunk_bytes = ch * cw * itemsize
     if chunk_bytes < PLAN_CHUNK_BYTES:
         to_set = chunk_size_advice((ch, cw), chunk_bytes, None, plan.grid.shape_yx)
-        advice.append(f"chunks of {chunk_bytes / 1024:.0f} KiB: under {PLAN_CHUNK_BYTES // 1024} KiB fixed per-chunk "
-                      f"costs dominate; {to_set}")  # fmt: skip
+        advice.append(
+            f"chunks of {chunk_bytes / 1024:.0f} KiB: under {PLAN_CHUNK_BYTES // 1024} KiB fixed per-chunk "
+            f"costs dominate; {to_set}"
+        )
     written = plan.n_jobs * chunk_bytes
     full = plan.levels_used.get("full", 0)
     if written and plan.bytes_read > READ_AMPLIFICATION * written and full * 2 >= sum(plan.levels_used.values()):
-        advice.append(f"reads {plan.bytes_read / written:.1f} bytes per byte written at full resolution: give the "
-                      "inputs overviews (gdaladdo -r average, or COGs) and use average, bilinear or cubic")  # fmt: skip
+        advice.append(
+            f"reads {plan.bytes_read / written:.1f} bytes per byte written at full resolution: give the "
+            "inputs overviews (gdaladdo -r average, or COGs) and use average, bilinear or cubic"
+        )
     return advice
 
 
@@ -163,8 +125,10 @@ def summarise_plan(config: Config, catalog: Any, plan: Plan, clock: StageClock |
     advice = []
     workers = config.execution.workers or os.cpu_count() or 1
     if len(plan.partitions) < 2 * workers:
-        advice.append(f"{len(plan.partitions)} tasks for {workers} workers: lower execution.partition_mb "
-                      "so every worker gets several")  # fmt: skip
+        advice.append(
+            f"{len(plan.partitions)} tasks for {workers} workers: lower execution.partition_mb "
+            "so every worker gets several"
+        )
     if max(costs) > 3 * statistics.median(costs):
         advice.append("the largest partition is over 3x the median: lower output.chunks to even them out")
     if len(plan.partitions) > 100_000:
@@ -177,7 +141,7 @@ def summarise_plan(config: Config, catalog: Any, plan: Plan, clock: StageClock |
             "bytes": int(catalog.tiles["size"].sum()),
             "skipped": catalog.skipped,
             "headers_read": catalog.headers_read,
-        },  # fmt: skip
+        },
         "bands": [b.name for b in plan.bands],
         "times": list(plan.times),
         "grid": {
@@ -187,7 +151,7 @@ def summarise_plan(config: Config, catalog: Any, plan: Plan, clock: StageClock |
             "chunks_yx": list(g.chunks_yx),
             "bounds": list(g.bounds),
             "transform": list(g.transform),
-        },  # fmt: skip
+        },
         "chunks": plan.n_chunks,
         "jobs": plan.n_jobs,
         "windows": plan.n_pairs,
@@ -196,7 +160,7 @@ def summarise_plan(config: Config, catalog: Any, plan: Plan, clock: StageClock |
             "target": config.execution.partition_mb,
             "median": statistics.median(costs),
             "max": max(costs),
-        },  # fmt: skip
+        },
         "bytes_to_read": plan.bytes_read,
         "bytes_out": plan.bytes_out,
         "levels_used": plan.levels_used,
@@ -214,8 +178,11 @@ def _prepare_store(config: Config, plan: Plan, *, overwrite: bool, resume: bool)
         if attrs.get("pipeline_config_hash") != config.output_hash():
             old = attrs.get("pipeline_settings") or {}
             new = config.output_settings()
-            diff = [f"{k}: store has {old.get(k)!r}, config has {new.get(k)!r}"
-                    for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]  # fmt: skip
+            diff = [
+                f"{k}: store has {old.get(k)!r}, config has {new.get(k)!r}"
+                for k in sorted(set(old) | set(new))
+                if old.get(k) != new.get(k)
+            ]
             raise ConfigError("--resume", f"{path} was made with different settings: " + "; ".join(diff or ["unknown"]))
         if attrs.get("pipeline_complete"):
             logger.info("%s is already complete; nothing to resume", path)
@@ -224,10 +191,16 @@ def _prepare_store(config: Config, plan: Plan, *, overwrite: bool, resume: bool)
         logger.info("resuming %s: %d of %d partitions already done", path, len(done), len(plan.partitions))
         return done
     create_store(
-        plan, path, codec=config.output.codec, level=config.output.level,
-        config_hash=config.output_hash(), settings=config.output_settings(), overwrite=overwrite,
-        storage=storage, shards_yx=config.output.shards_yx,
-    )  # fmt: skip
+        plan,
+        path,
+        codec=config.output.codec,
+        level=config.output.level,
+        config_hash=config.output_hash(),
+        settings=config.output_settings(),
+        overwrite=overwrite,
+        storage=storage,
+        shards_yx=config.output.shards_yx,
+    )
     return set()
 
 
@@ -280,223 +253,6 @@ def _move_aside(config: Config, *, overwrite: bool, resume: bool) -> threading.T
     thread = threading.Thread(target=remove, name="pipeline-remove-old-store")
     thread.start()
     return thread
-
-
-def _decide_devices(client: Any, config: Config, todo: list[Any], ctx: TaskContext) -> list[tuple[str, str]]:
-    """Probe the workers' GPUs, calibrate one if needed, and decide each task's device with its reason."""
-    gpus = client.run(probe_worker)
-    requested = config.execution.device
-    check_request(requested, gpus)
-    with_gpu = [addr for addr, g in gpus.items() if g["available"]]
-    profile = None
-    if with_gpu and requested != "cpu":
-        from pipeline.execute.device import DeviceProfile, calibrate_gpu
-
-        profile = load_profile(dict(config.execution.gpu_profile or {}) or None)
-        if profile is None:
-            measured = client.run(calibrate_gpu, workers=[with_gpu[0]])[with_gpu[0]]
-            profile = DeviceProfile(**{k: v for k, v in measured.items() if k in DeviceProfile.__dataclass_fields__})
-    parity = None
-    if with_gpu and requested == "auto":
-        from pipeline.execute.device import verify_gpu
-
-        parity = client.run(verify_gpu, workers=[with_gpu[0]])[with_gpu[0]]
-    reason_none = next(iter({g["reason"] for g in gpus.values()}), "no workers")
-    itemsize = {b.name: np.dtype(b.dtype).itemsize for b in ctx.bands}
-    return [
-        decide(requested, bool(with_gpu), reason_none, task_work(p, ctx.resampling, itemsize), profile, parity)
-        for p in todo
-    ]
-
-
-def _progress_bar(total: int, shown: bool) -> Any:
-    """tqdm's bar on a terminal; without one, a bar that does nothing (tqdm's import is ~20 ms of the
-    driver's start-up, on the way to the first task)."""
-    if shown:
-        from tqdm import tqdm
-
-        return tqdm(total=total, unit="task", leave=False)
-    return contextlib.nullcontext(SimpleNamespace(update=lambda n=1: None))
-
-
-AUTO_THREADS_MAX_MB = 800.0
-"""``execution.scheduler: auto`` runs the partitions on threads in the driver up to this many MB of
-planned work (bytes to read plus bytes to write, summed over the partitions to do); above it, on a
-local cluster. Threads save the cluster's start and shutdown (0.9-1.1 s for "Dask alone" in
-``bench/bounds.py``) and every task's pickling; worker processes avoid the driver's GIL on the Python
-parts of each task, which grows with the work. Measured with ``BENCH_REPEATS=3 python bench/scheduler.py``
-(2 workers, 2 shared cores; docs/performance.md), threads' wall over the cluster's: small (4 MB) 0.44,
-casestudy (199 MB) 0.63, casestudy-x4 (797 MB) 0.95. The saving shrinks with size and would reach zero
-near ~1.1 GB on that trend; the bound is the largest size measured where threads still won."""
-
-
-def choose_scheduler(config: Config, todo: list[Any], given: Any = None) -> tuple[str, str]:
-    """(scheduler, reason): ``threads``, ``local-cluster``, the configured address or the caller's
-    client's scheduler, and why."""
-    chosen = config.execution.scheduler
-    if given is not None:
-        return str(given.scheduler.address), "the caller's distributed.Client was given"
-    if config.execution.address:
-        return config.execution.address, "an existing Dask scheduler was given"
-    if chosen != "auto":
-        return chosen, f"execution.scheduler is {chosen}"
-    if config.execution.device == "gpu":
-        return "local-cluster", "auto: GPU runs use worker processes"
-    if config.execution.device == "auto" and detect_gpu().available:
-        return "local-cluster", "auto: a GPU is present; GPU runs use worker processes"
-    work_mb = sum(p.cost_bytes for p in todo) / 1e6
-    if work_mb <= AUTO_THREADS_MAX_MB:
-        return "threads", f"auto: {work_mb:.0f} MB of planned work <= {AUTO_THREADS_MAX_MB:.0f} MB: threads"
-    return "local-cluster", f"auto: {work_mb:.0f} MB of planned work > {AUTO_THREADS_MAX_MB:.0f} MB: a local cluster"
-
-
-def _name_thread(ids: Iterator[int]) -> None:
-    """Name a pool thread ``thread-N``: the report's worker name for the tasks it runs."""
-    threading.current_thread().name = f"thread-{next(ids)}"
-
-
-class _InProcess:
-    """``client.run`` for the threads scheduler: the function runs once, here, for the one "worker"
-    that is this process (what :func:`_decide_devices` asks each worker)."""
-
-    def run(self, fn: Any, *args: Any, workers: list[str] | None = None) -> dict[str, Any]:
-        return {"threads": fn(*args)}
-
-
-def _run_on_thread(p: Any, ctx: TaskContext, device: str, reason: str) -> dict[str, Any]:
-    rec = run_partition(p, ctx, device, reason)
-    rec["worker"] = threading.current_thread().name
-    return rec
-
-
-def _execute_threads(
-    config: Config, todo: list[Any], ctx: TaskContext, progress: bool, crs: tuple[str, ...]
-) -> tuple[list[dict[str, Any]], float, int, list[str], dict[str, float]]:
-    """The partitions on a thread pool in this process: no cluster, no pickling. The kernels, GDAL's
-    decoding and the codecs release the GIL. Failed tasks are retried ``execution.retries`` times,
-    as Dask retries them."""
-    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-
-    n = (config.execution.workers or os.cpu_count() or 1) * config.execution.threads_per_worker
-    n = max(1, min(n, len(todo)))
-    warm_up(None, ctx, crs)  # (this process is the caller's: its allocator is left as it is)
-    decisions = _decide_devices(_InProcess(), config, todo, ctx)
-    records: list[dict[str, Any]] = []
-    names = [f"thread-{i}" for i in range(n)]
-    t_exec = time.perf_counter()
-    pool = ThreadPoolExecutor(n, initializer=_name_thread, initargs=(itertools.count(),))
-    with pool, _progress_bar(len(todo), progress) as bar:
-        attempts: dict[Future[dict[str, Any]], tuple[int, int]] = {}
-        for i, (p, (device, reason)) in enumerate(zip(todo, decisions, strict=True)):
-            attempts[pool.submit(_run_on_thread, p, ctx, device, reason)] = (i, 0)
-        pending = set(attempts)
-        try:
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    i, tries = attempts.pop(fut)
-                    error = fut.exception()
-                    if error is None:
-                        records.append(fut.result())
-                        bar.update()
-                    elif tries < config.execution.retries:
-                        logger.info("partition %s failed (%s); retry %d", todo[i].key, error, tries + 1)
-                        device, reason = decisions[i]
-                        again = pool.submit(_run_on_thread, todo[i], ctx, device, reason)
-                        attempts[again] = (i, tries + 1)
-                        pending.add(again)
-                    else:
-                        raise error
-        except BaseException:
-            for fut in pending:
-                fut.cancel()
-            raise
-    exec_wall = time.perf_counter() - t_exec
-    peak = peak_rss_mb()
-    return records, exec_wall, n, names, {name: peak for name in names}
-
-
-def _threads_available(config: Config, threads: int) -> int:
-    """The worker threads the config asked for: local runs start no more than they have partitions."""
-    if config.execution.address:
-        return threads
-    return max(threads, (config.execution.workers or os.cpu_count() or 1) * config.execution.threads_per_worker)
-
-
-def _machine_mb() -> float:
-    """This machine's physical memory, MB (0 where the OS does not say)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e6
-    except (ValueError, OSError, AttributeError):
-        return 0.0
-
-
-def _execute(
-    config: Config, todo: list[Any], ctx: TaskContext, progress: bool, crs: tuple[str, ...], given: Any = None
-) -> tuple[list[dict[str, Any]], float, int, list[str], dict[str, Any]]:
-    """Submit every partition, then collect results as they finish: (records, wall, threads, workers,
-    info), ``info`` holding the scheduler used, why, and each worker's peak memory (MB).
-
-    ``crs``: the tiles' CRSs, set up on every worker before the first task. ``given``: the caller's
-    ``distributed.Client``, used as it is and left open."""
-    scheduler, why = choose_scheduler(config, todo, given)
-    logger.info("scheduler: %s (%s)", scheduler, why)
-    info: dict[str, Any] = {"scheduler": scheduler, "reason": why}
-    if scheduler == "threads":
-        done, exec_wall, threads, names, info["worker_peak_mb"] = _execute_threads(config, todo, ctx, progress, crs)
-        info["worker_limit_mb"] = {name: _machine_mb() for name in names}  # one process: the machine's memory
-        return done, exec_wall, threads, names, info
-
-    from distributed import as_completed
-
-    records: list[dict[str, Any]] = []
-    client, cluster = (given, None) if given is not None else _start_client(config, len(todo))
-    try:
-        info_workers = client.scheduler_info(n_workers=-1)["workers"]
-        worker_names = [str(w.get("name", a)) for a, w in info_workers.items()]
-        threads = sum(int(w.get("nthreads", 1)) for w in info_workers.values()) or 1
-        local = not config.execution.address and given is None
-        client.run(warm_up, _worker_log_level() if local else None, ctx, crs, local)
-        decisions = _decide_devices(client, config, todo, ctx)
-        gpu_resources = any("GPU" in (w.get("resources") or {}) for w in info_workers.values())
-        t_exec = time.perf_counter()
-        futures = [
-            client.submit(
-                run_partition,
-                p,
-                ctx,
-                device,
-                reason,
-                key=p.key,
-                retries=config.execution.retries,
-                pure=False,
-                **submit_options(device, gpu_resources),
-            )  # fmt: skip
-            for p, (device, reason) in zip(todo, decisions, strict=True)
-        ]
-        with _progress_bar(len(futures), progress) as bar:
-            try:
-                for _, rec in as_completed(futures, with_results=True):
-                    records.append(rec)
-                    bar.update()
-            except BaseException:
-                client.cancel(futures)
-                raise
-        exec_wall = time.perf_counter() - t_exec
-        try:
-            peaks = client.run(peak_rss_mb)
-            info["worker_peak_mb"] = {str(info_workers.get(a, {}).get("name", a)): mb for a, mb in peaks.items()}
-            info["worker_limit_mb"] = {str(w.get("name", a)): float(w.get("memory_limit") or 0) / 1e6
-                                       for a, w in info_workers.items() if w.get("memory_limit")}  # fmt: skip
-        except Exception as e:  # noqa: BLE001 - a worker gone at the end costs the figure, not the run
-            logger.info("worker memory not collected: %s", e)
-            info["worker_peak_mb"] = {}
-    finally:
-        if given is None:
-            client.close()
-        if cluster is not None:
-            cluster.close()
-    return records, exec_wall, threads, worker_names, info
 
 
 def run(
@@ -554,11 +310,14 @@ def run(
 
     records: list[dict[str, Any]] = []
     exec_wall, threads, worker_names = 0.0, 1, list[str]()
-    info: dict[str, Any] = {"scheduler": config.execution.address or config.execution.scheduler,
-                            "reason": "nothing to do", "worker_peak_mb": {}}  # fmt: skip
+    info: dict[str, Any] = {
+        "scheduler": config.execution.address or config.execution.scheduler,
+        "reason": "nothing to do",
+        "worker_peak_mb": {},
+    }
     if todo:
         crs = tuple(sorted(set(catalog.tiles["crs"])))
-        records, exec_wall, threads, worker_names, info = _execute(config, todo, ctx, progress, crs, client)
+        records, exec_wall, threads, worker_names, info = execute_tasks(config, todo, ctx, progress, crs, client)
 
     with clock.stage("finalize"):
         if removing is not None:
@@ -612,13 +371,13 @@ def run(
             "partition_mb": config.execution.partition_mb,
             "levels_used": plan.levels_used,
             "chunks_yx": list(plan.grid.chunks_yx),
-        },  # fmt: skip
+        },
         "execution": {
             "scheduler": info["scheduler"],
             "scheduler_reason": info["reason"],
             "workers": len(worker_names),
             "threads": threads,
-            "threads_available": _threads_available(config, threads),
+            "threads_available": threads_available(config, threads),
             "cores": os.cpu_count() or 1,
             "device_requested": config.execution.device,
             "exec_wall_s": exec_wall,
@@ -639,8 +398,11 @@ def run(
         },
     }
     report["network"] = network
-    report["memory"] = {"driver_peak_mb": peak_rss_mb(), "worker_peak_mb": info["worker_peak_mb"],
-                        "worker_limit_mb": info.get("worker_limit_mb", {})}  # fmt: skip
+    report["memory"] = {
+        "driver_peak_mb": peak_rss_mb(),
+        "worker_peak_mb": info["worker_peak_mb"],
+        "worker_limit_mb": info.get("worker_limit_mb", {}),
+    }
     if info["scheduler"] == "threads":
         report["memory"]["note"] = "threads share the driver's process: each one's figure is that process's peak"
     report["stragglers"] = compute_stragglers(records)

@@ -89,9 +89,22 @@ def warm_up(
     from pipeline.planning.grid import transform_points
 
     pixel = np.ones((1, 16, 16), dtype="uint16")
-    with MemoryFile() as mem, mem.open(driver="GTiff", width=16, height=16, count=1, dtype="uint16",
-                                       crs="EPSG:32632", transform=rasterio.Affine(20, 0, 0, 0, -20, 0),
-                                       compress="zstd", tiled=True, blockxsize=16, blockysize=16) as ds:  # fmt: skip
+    with (
+        MemoryFile() as mem,
+        mem.open(
+            driver="GTiff",
+            width=16,
+            height=16,
+            count=1,
+            dtype="uint16",
+            crs="EPSG:32632",
+            transform=rasterio.Affine(20, 0, 0, 0, -20, 0),
+            compress="zstd",
+            tiled=True,
+            blockxsize=16,
+            blockysize=16,
+        ) as ds,
+    ):
         ds.write(pixel)
         ds.read(1)
     numcodecs.Zstd(level=1).encode(pixel)
@@ -192,9 +205,18 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
             t1 = time.perf_counter()
             span = RowSpan(ctx.grid_transform, ctx.grid_width, r0 + dr, c0 + dc) if ctx.grid_width else None
             part = warp_window(
-                data, src, (dh, dw), offset_transform(dst_transform, dr, dc), ctx.grid_crs, band.nodata,
-                ctx.resampling, ctx.engine, device, span, MAPS,
-            )  # fmt: skip
+                data,
+                src,
+                (dh, dw),
+                offset_transform(dst_transform, dr, dc),
+                ctx.grid_crs,
+                band.nodata,
+                ctx.resampling,
+                ctx.engine,
+                device,
+                span,
+                MAPS,
+            )
             if mosaic is not None:
                 mosaic.add(part, dr, dc)
             elif (dh, dw) != (h, w):

@@ -1,0 +1,286 @@
+"""Where a run's tasks execute: on threads in this process, on a local cluster the run starts, or on an
+existing Dask cluster by address; each task's device decided first. Submits the costliest partitions
+first, collects records as they complete, retries failed tasks as Dask does."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from pipeline.config import Config
+from pipeline.execute.device import (
+    check_request,
+    decide,
+    detect_gpu,
+    load_profile,
+    probe_worker,
+    submit_options,
+    task_work,
+)
+from pipeline.execute.task import TaskContext, peak_rss_mb, run_partition, warm_up
+from pipeline.execute.workers import WORKER_MALLOC, start_worker_server, worker_start_method
+from pipeline.storage import worker_environment
+
+logger = logging.getLogger(__name__)
+
+
+def _worker_log_level() -> int:
+    """Task errors come back to the driver and are reported there; the local workers' own copies are noise."""
+    return logging.WARNING if logger.isEnabledFor(logging.DEBUG) else logging.CRITICAL
+
+
+def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
+    import dask
+    from distributed import Client, LocalCluster
+
+    if config.execution.address:
+        return Client(config.execution.address, timeout="30s"), None
+    start_worker_server()  # idempotent: `local-cluster` runs started it before planning; `auto` starts it here
+    n = config.execution.workers or os.cpu_count() or 1
+    n = max(1, min(n, n_partitions))
+    settings: dict[str, Any] = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_MALLOC.items()}
+    # distributed's statistical profiler samples each worker's task thread every 10 ms, holding the GIL
+    # (~5% of a worker's CPU here); the report times the stages itself and never reads that profile.
+    settings["distributed.worker.profile.enabled"] = False
+    # distributed imports the packages it would preload on its first forkserver context (pandas among them,
+    # ~0.3 s of the driver): a cost only clusters pay, which auto keeps for jobs where it is small.
+    settings["distributed.worker.multiprocessing-method"] = worker_start_method()  # server: run()
+    with dask.config.set(settings):
+        cluster = LocalCluster(
+            n_workers=n,
+            threads_per_worker=config.execution.threads_per_worker,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=_worker_log_level(),
+            env=worker_environment(),  # the AWS chain as it is now (the fork server's may be older)
+        )
+    return Client(cluster), cluster
+
+
+def _decide_devices(client: Any, config: Config, todo: list[Any], ctx: TaskContext) -> list[tuple[str, str]]:
+    """Probe the workers' GPUs, calibrate one if needed, and decide each task's device with its reason."""
+    gpus = client.run(probe_worker)
+    requested = config.execution.device
+    check_request(requested, gpus)
+    with_gpu = [addr for addr, g in gpus.items() if g["available"]]
+    profile = None
+    if with_gpu and requested != "cpu":
+        from pipeline.execute.device import DeviceProfile, calibrate_gpu
+
+        profile = load_profile(dict(config.execution.gpu_profile or {}) or None)
+        if profile is None:
+            measured = client.run(calibrate_gpu, workers=[with_gpu[0]])[with_gpu[0]]
+            profile = DeviceProfile(**{k: v for k, v in measured.items() if k in DeviceProfile.__dataclass_fields__})
+    parity = None
+    if with_gpu and requested == "auto":
+        from pipeline.execute.device import verify_gpu
+
+        parity = client.run(verify_gpu, workers=[with_gpu[0]])[with_gpu[0]]
+    reason_none = next(iter({g["reason"] for g in gpus.values()}), "no workers")
+    itemsize = {b.name: np.dtype(b.dtype).itemsize for b in ctx.bands}
+    return [
+        decide(requested, bool(with_gpu), reason_none, task_work(p, ctx.resampling, itemsize), profile, parity)
+        for p in todo
+    ]
+
+
+def _progress_bar(total: int, shown: bool) -> Any:
+    """tqdm's bar on a terminal; without one, a bar that does nothing (tqdm's import is ~20 ms of the
+    driver's start-up, on the way to the first task)."""
+    if shown:
+        from tqdm import tqdm
+
+        return tqdm(total=total, unit="task", leave=False)
+    return contextlib.nullcontext(SimpleNamespace(update=lambda n=1: None))
+
+
+AUTO_THREADS_MAX_MB = 800.0
+"""``execution.scheduler: auto`` runs the partitions on threads in the driver up to this many MB of
+planned work (bytes to read plus bytes to write, summed over the partitions to do); above it, on a
+local cluster. Threads save the cluster's start and shutdown (0.9-1.1 s for "Dask alone" in
+``bench/bounds.py``) and every task's pickling; worker processes avoid the driver's GIL on the Python
+parts of each task, which grows with the work. Measured with ``BENCH_REPEATS=3 python bench/scheduler.py``
+(2 workers, 2 shared cores; docs/performance.md), threads' wall over the cluster's: small (4 MB) 0.44,
+casestudy (199 MB) 0.63, casestudy-x4 (797 MB) 0.95. The saving shrinks with size and would reach zero
+near ~1.1 GB on that trend; the bound is the largest size measured where threads still won."""
+
+
+def choose_scheduler(config: Config, todo: list[Any], given: Any = None) -> tuple[str, str]:
+    """(scheduler, reason): ``threads``, ``local-cluster``, the configured address or the caller's
+    client's scheduler, and why."""
+    chosen = config.execution.scheduler
+    if given is not None:
+        return str(given.scheduler.address), "the caller's distributed.Client was given"
+    if config.execution.address:
+        return config.execution.address, "an existing Dask scheduler was given"
+    if chosen != "auto":
+        return chosen, f"execution.scheduler is {chosen}"
+    if config.execution.device == "gpu":
+        return "local-cluster", "auto: GPU runs use worker processes"
+    if config.execution.device == "auto" and detect_gpu().available:
+        return "local-cluster", "auto: a GPU is present; GPU runs use worker processes"
+    work_mb = sum(p.cost_bytes for p in todo) / 1e6
+    if work_mb <= AUTO_THREADS_MAX_MB:
+        return "threads", f"auto: {work_mb:.0f} MB of planned work <= {AUTO_THREADS_MAX_MB:.0f} MB: threads"
+    return "local-cluster", f"auto: {work_mb:.0f} MB of planned work > {AUTO_THREADS_MAX_MB:.0f} MB: a local cluster"
+
+
+def _name_thread(ids: Iterator[int]) -> None:
+    """Name a pool thread ``thread-N``: the report's worker name for the tasks it runs."""
+    threading.current_thread().name = f"thread-{next(ids)}"
+
+
+class _InProcess:
+    """``client.run`` for the threads scheduler: the function runs once, here, for the one "worker"
+    that is this process (what :func:`_decide_devices` asks each worker)."""
+
+    def run(self, fn: Any, *args: Any, workers: list[str] | None = None) -> dict[str, Any]:
+        return {"threads": fn(*args)}
+
+
+def _run_on_thread(p: Any, ctx: TaskContext, device: str, reason: str) -> dict[str, Any]:
+    rec = run_partition(p, ctx, device, reason)
+    rec["worker"] = threading.current_thread().name
+    return rec
+
+
+def _execute_threads(
+    config: Config, todo: list[Any], ctx: TaskContext, progress: bool, crs: tuple[str, ...]
+) -> tuple[list[dict[str, Any]], float, int, list[str], dict[str, float]]:
+    """The partitions on a thread pool in this process: no cluster, no pickling. The kernels, GDAL's
+    decoding and the codecs release the GIL. Failed tasks are retried ``execution.retries`` times,
+    as Dask retries them."""
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+    n = (config.execution.workers or os.cpu_count() or 1) * config.execution.threads_per_worker
+    n = max(1, min(n, len(todo)))
+    warm_up(None, ctx, crs)  # (this process is the caller's: its allocator is left as it is)
+    decisions = _decide_devices(_InProcess(), config, todo, ctx)
+    records: list[dict[str, Any]] = []
+    names = [f"thread-{i}" for i in range(n)]
+    t_exec = time.perf_counter()
+    pool = ThreadPoolExecutor(n, initializer=_name_thread, initargs=(itertools.count(),))
+    with pool, _progress_bar(len(todo), progress) as bar:
+        attempts: dict[Future[dict[str, Any]], tuple[int, int]] = {}
+        for i, (p, (device, reason)) in enumerate(zip(todo, decisions, strict=True)):
+            attempts[pool.submit(_run_on_thread, p, ctx, device, reason)] = (i, 0)
+        pending = set(attempts)
+        try:
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    i, tries = attempts.pop(fut)
+                    error = fut.exception()
+                    if error is None:
+                        records.append(fut.result())
+                        bar.update()
+                    elif tries < config.execution.retries:
+                        logger.info("partition %s failed (%s); retry %d", todo[i].key, error, tries + 1)
+                        device, reason = decisions[i]
+                        again = pool.submit(_run_on_thread, todo[i], ctx, device, reason)
+                        attempts[again] = (i, tries + 1)
+                        pending.add(again)
+                    else:
+                        raise error
+        except BaseException:
+            for fut in pending:
+                fut.cancel()
+            raise
+    exec_wall = time.perf_counter() - t_exec
+    peak = peak_rss_mb()
+    return records, exec_wall, n, names, {name: peak for name in names}
+
+
+def threads_available(config: Config, threads: int) -> int:
+    """The worker threads the config asked for: local runs start no more than they have partitions."""
+    if config.execution.address:
+        return threads
+    return max(threads, (config.execution.workers or os.cpu_count() or 1) * config.execution.threads_per_worker)
+
+
+def _machine_mb() -> float:
+    """This machine's physical memory, MB (0 where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e6
+    except (ValueError, OSError, AttributeError):
+        return 0.0
+
+
+def execute_tasks(
+    config: Config, todo: list[Any], ctx: TaskContext, progress: bool, crs: tuple[str, ...], given: Any = None
+) -> tuple[list[dict[str, Any]], float, int, list[str], dict[str, Any]]:
+    """Submit every partition, then collect results as they finish: (records, wall, threads, workers,
+    info), ``info`` holding the scheduler used, why, and each worker's peak memory (MB).
+
+    ``crs``: the tiles' CRSs, set up on every worker before the first task. ``given``: the caller's
+    ``distributed.Client``, used as it is and left open."""
+    scheduler, why = choose_scheduler(config, todo, given)
+    logger.info("scheduler: %s (%s)", scheduler, why)
+    info: dict[str, Any] = {"scheduler": scheduler, "reason": why}
+    if scheduler == "threads":
+        done, exec_wall, threads, names, info["worker_peak_mb"] = _execute_threads(config, todo, ctx, progress, crs)
+        info["worker_limit_mb"] = {name: _machine_mb() for name in names}  # one process: the machine's memory
+        return done, exec_wall, threads, names, info
+
+    from distributed import as_completed
+
+    records: list[dict[str, Any]] = []
+    client, cluster = (given, None) if given is not None else _start_client(config, len(todo))
+    try:
+        info_workers = client.scheduler_info(n_workers=-1)["workers"]
+        worker_names = [str(w.get("name", a)) for a, w in info_workers.items()]
+        threads = sum(int(w.get("nthreads", 1)) for w in info_workers.values()) or 1
+        local = not config.execution.address and given is None
+        client.run(warm_up, _worker_log_level() if local else None, ctx, crs, local)
+        decisions = _decide_devices(client, config, todo, ctx)
+        gpu_resources = any("GPU" in (w.get("resources") or {}) for w in info_workers.values())
+        t_exec = time.perf_counter()
+        futures = [
+            client.submit(
+                run_partition,
+                p,
+                ctx,
+                device,
+                reason,
+                key=p.key,
+                retries=config.execution.retries,
+                pure=False,
+                **submit_options(device, gpu_resources),
+            )
+            for p, (device, reason) in zip(todo, decisions, strict=True)
+        ]
+        with _progress_bar(len(futures), progress) as bar:
+            try:
+                for _, rec in as_completed(futures, with_results=True):
+                    records.append(rec)
+                    bar.update()
+            except BaseException:
+                client.cancel(futures)
+                raise
+        exec_wall = time.perf_counter() - t_exec
+        try:
+            peaks = client.run(peak_rss_mb)
+            info["worker_peak_mb"] = {str(info_workers.get(a, {}).get("name", a)): mb for a, mb in peaks.items()}
+            info["worker_limit_mb"] = {
+                str(w.get("name", a)): float(w.get("memory_limit") or 0) / 1e6
+                for a, w in info_workers.items()
+                if w.get("memory_limit")
+            }
+        except Exception as e:  # noqa: BLE001 - a worker gone at the end costs the figure, not the run
+            logger.info("worker memory not collected: %s", e)
+            info["worker_peak_mb"] = {}
+    finally:
+        if given is None:
+            client.close()
+        if cluster is not None:
+            cluster.close()
+    return records, exec_wall, threads, worker_names, info
