@@ -143,3 +143,20 @@ def test_a_run_reports_the_maps_it_reused(small_config: Any) -> None:
     assert maps["made"] == sum(t["maps_made"] for t in tasks) > 0
     assert maps["reused"] + maps["made"] <= report["plan"]["windows"]
     assert 0 < maps["kept_mb"] <= MAPS.max_bytes / 1e6
+
+
+@pytest.mark.parametrize("width", [200, 4000])  # (rows of 4000 columns are split into segments)
+def test_line_bounds_are_the_extremes_of_the_positions(width: int) -> None:
+    """``LineMap.bounds`` (nearest decides from it whether a block lies inside its source) equals the least
+    and greatest of the positions themselves, bit for bit, over any run of rows, with rows whole or split
+    into segments and segments starting away from their anchors (a chunk cut from a longer row)."""
+    _, s = source(*CASES["cross-zone"])
+    dt, _ = dst_grid("cross-zone")
+    for grid in (None, RowSpan(dt, 3 * width, 5, width + 7)):
+        lines = compute_coord_map(s, (64, width), dt, "EPSG:32632", "nearest", grid).centres
+        assert lines is not None
+        assert lines.one_per_row() == (width == 200)
+        assert bool(lines.t0.any()) == (grid is not None)
+        for r0, r1 in [(0, 64), (0, 1), (17, 40), (63, 64)]:
+            x, y = lines.positions(np, r0, r1)
+            assert lines.bounds(np, r0, r1) == (x.min(), x.max(), y.min(), y.max())

@@ -73,6 +73,22 @@ class LineMap:
         x += self.x0[seg, None].astype(dtype)
         y += self.y0[seg, None].astype(dtype)
 
+    def bounds(self, xp: Any, r0: int = 0, r1: int | None = None) -> tuple[float, float, float, float]:
+        """(least x, greatest x, least y, greatest y) of :meth:`positions` of lattice rows ``r0 : r1`` in
+        float64, without forming them: each segment's positions are monotone in its columns (a rounded
+        product and sum are), so they are its ends, evaluated here with the same operations in the same
+        order as :meth:`_fill`. NaN where a position is."""
+        r1 = self.shape[0] if r1 is None else r1
+        s0, s1 = int(self.row_ptr[r0]), int(self.row_ptr[r1])
+        t0 = self.t0[s0:s1].astype("f8")
+        ends = (t0, xp.add(t0, xp.asarray(self.count[s0:s1] - 1, dtype="f8")))
+        found = []
+        for start, step in ((self.x0, self.dx), (self.y0, self.dy)):
+            start, step = start[s0:s1].astype("f8"), step[s0:s1].astype("f8")
+            at = xp.concatenate([xp.multiply(step, t) + start for t in ends])
+            found += [float(at.min()), float(at.max())]
+        return found[0], found[1], found[2], found[3]
+
     def positions(self, xp: Any, r0: int = 0, r1: int | None = None, dtype: str = "f8") -> tuple[Any, Any]:
         """Dense (r1 - r0, cols) source x and y of lattice rows ``r0 : r1`` (``dtype``: f8, or f4 where
         a thousandth of a pixel does not matter)."""

@@ -4,6 +4,7 @@ over valid neighbours)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -43,16 +44,21 @@ def resample_nearest(src: Any, nodata: float, cmap: CoordMap) -> Any:
         ix, iy = xp.floor(xc[0] + EPS).astype(xp.int64), xp.floor(yc[:, 0] + EPS).astype(xp.int64)
         out = src[xp.clip(iy, 0, h_s - 1)[:, None], xp.clip(ix, 0, w_s - 1)[None, :]]
         return xp.where(((iy >= 0) & (iy < h_s))[:, None] & ((ix >= 0) & (ix < w_s))[None, :], out, fill)
+    lines = cmap.centres
+    if lines is None:
+        raise ValueError("this map was built without pixel centres")
     flat, framed = src.ravel(), None
     out = xp.empty((h, w), dtype=src.dtype)
     for r0, r1 in _row_blocks(h, w, xp):
-        x, y = cmap.centre_positions(xp, r0, r1)
+        x, y = lines.positions(xp, r0, r1)
         x += EPS
         y += EPS
         xp.floor(x, out=x)
         xp.floor(y, out=y)
         block = out[r0:r1]
-        xlo, xhi, ylo, yhi = float(x.min()), float(x.max()), float(y.min()), float(y.max())
+        # The block's least and greatest source pixel, from the ends of the map's segments (floor(v + EPS)
+        # is monotone in v): four passes over the block fewer than its min and max.
+        xlo, xhi, ylo, yhi = (math.floor(v + EPS) if math.isfinite(v) else v for v in lines.bounds(xp, r0, r1))
         if xlo >= 0 and xhi < w_s and ylo >= 0 and yhi < h_s:
             y *= w_s  # the whole block lands inside the source: a plain gather
             y += x
