@@ -1,12 +1,17 @@
 """How close to gdalwarp's time this pipeline can get on this machine, measured.
 
-Four whole-process commands, interleaved, medians after a warm-up (as ``bench/peers.py``):
+Five whole-process commands, interleaved, medians after a warm-up (as ``bench/peers.py``):
 
 * the pipeline, as ``bench/peers.py`` runs it (2 workers; ``execution.scheduler: auto``, which runs
   these fixtures on threads in one process);
 * the same run with resampling free: ``bench/free_resampling/`` on PYTHONPATH swaps the kernels for a
   copy of each source window, so it reads, plans, schedules and writes as usual (its cube is not
   resampled and is written apart);
+* the same tasks on 2 processes, no scheduler: ``bench/split_run.py`` in 2 processes started together,
+  each planning and running half the partitions (split by planned cost, longest first) on one thread;
+  the bound on what the run's 2 threads could reach if they scaled as processes do (threads share one
+  interpreter: NumPy hands the GIL over around each array operation, and the kernels' operations are
+  short);
 * start-up alone: a Python process that imports what a run imports (the CLI, the config model, the
   stages, rasterio, numcodecs, pyarrow), as ``pipeline run`` does, and exits: the fixed cost of any
   run before its first pixel;
@@ -56,6 +61,15 @@ def run_free() -> None:
     )
 
 
+def run_split(n: int = 2) -> None:
+    script = os.path.join(ROOT, "bench", "split_run.py")
+    procs = [
+        subprocess.Popen([sys.executable, script, peers.CONFIG, peers.OUT, str(i), str(n)], cwd=ROOT) for i in range(n)
+    ]
+    if any(p.wait() != 0 for p in procs):
+        sys.exit(f"{script} failed")
+
+
 def run_start_alone() -> None:
     subprocess.run([sys.executable, "-c", START_ALONE], check=True, cwd=ROOT)
 
@@ -66,6 +80,7 @@ def main() -> None:
     tools = {
         "pipeline": peers.run_pipeline,
         "pipeline, resampling free": run_free,
+        "same tasks, 2 processes, no scheduler": run_split,
         "start-up alone": run_start_alone,
         "gdalwarp": lambda: peers.run_gdal(grid, tiles),
     }
