@@ -285,7 +285,7 @@ def _tent_prefilter(a: Any, stretch: int, axis: int, xp: Any) -> Any:
         slab: Any = a if a.ndim == 1 else a[s0 : s0 + step] if axis == 1 else a[:, s0 : s0 + step]
         orig = slab.copy() if stretch > 2 else slab  # (stretch 2: one product, taken before the sums)
         scaled = xp.empty_like(orig)
-        for k in range(1, stretch):
+        for k in range(1, min(stretch, n)):  # (no row has a neighbour n or more away)
             xp.multiply(orig, 1.0 - k / stretch, out=scaled)  # each product once: it serves both neighbours
             lo = [slice(None)] * a.ndim
             hi = [slice(None)] * a.ndim
@@ -293,6 +293,37 @@ def _tent_prefilter(a: Any, stretch: int, axis: int, xp: Any) -> Any:
             slab[tuple(lo)] += scaled[tuple(hi)]
             slab[tuple(hi)] += scaled[tuple(lo)]
     return a
+
+
+def _tent_rows(
+    a: Any, c0: int, c1: int, stretch: int, above: list[tuple[int, Any]] | None, xp: Any
+) -> list[tuple[int, Any]]:
+    """Rows ``c0 : c1`` of ``a`` convolved along axis 0 with the discrete tent 1 - |k|/stretch (zeros beyond
+    ``a``'s rows), in place. The rows below ``c1`` are still as they were; ``above[k - 1]`` is (first row,
+    those rows up to ``c0`` as they were, times 1 - k/stretch): the up to k rows above (None at the top).
+    Returns that for the rows that follow, so an array done by consecutive row ranges of any length sums
+    every row as :func:`_tent_prefilter` along axis 0 does, bit for bit: the same products, and per row
+    k = 1, 2, ...: the row k below, then the row k above."""
+    n = a.shape[0]
+    end = min(n, c1 + stretch - 1)
+    scaled = [xp.multiply(a[c0:end], 1.0 - k / stretch) for k in range(1, stretch)]  # before any sum
+    carry = []
+    for k, s in enumerate(scaled, start=1):
+        top = min(c1, n - k)  # rows with a row k below
+        if top > c0:
+            a[c0:top] += s[k : top - c0 + k]
+        lo, mid = max(c0, k), min(c1, c0 + k)  # rows whose row k above precedes c0
+        first, prev = above[k - 1] if above is not None else (c0, s[:0])
+        if mid > lo:
+            a[lo:mid] += prev[lo - k - first : mid - k - first]
+        if c1 > max(lo, c0 + k):
+            a[max(lo, c0 + k) : c1] += s[max(lo, c0 + k) - k - c0 : c1 - k - c0]
+        keep = max(0, c1 - k)  # the rows the next range reads above it: keep .. c1 - 1
+        if keep >= c0:
+            carry.append((keep, s[keep - c0 : c1 - c0]))
+        else:
+            carry.append((keep, xp.concatenate([prev[keep - first :], s[: c1 - c0]])))
+    return carry
 
 
 def _kept(cmap: Any, key: tuple[Any, ...], make: Callable[..., Any], *args: Any) -> Any:
