@@ -208,7 +208,11 @@ def test_tiny_partitions_advice_removes_task_overhead(tmp_path: Path, small_dir:
 
 
 def test_huge_partitions_warn_partition_size_and_its_advice_removes_it(tmp_path: Path, small_dir: Path) -> None:
-    path = write_config(tmp_path, str(small_dir / "**" / "*.tif"), output={"chunks": {"y": 64, "x": 64}})
+    # An 8 m grid (6x the pixels of the usual 20 m): the one task must run well over MIN_SPLIT_S on a fast
+    # machine too (1.4 s here; at 20 m it took 0.27 s, a run too small for the check to judge).
+    path = write_config(
+        tmp_path, str(small_dir / "**" / "*.tif"), grid={"resolution": 8}, output={"chunks": {"y": 64, "x": 64}}
+    )
     report = run(load_config(path, ["execution.partition_mb=1024"])).report
     assert len(report["tasks"]) == 1 and "partition_size" in warned(report), report["diagnostics"]
     mb = suggested(advice(report, "partition_size"), "execution.partition_mb")

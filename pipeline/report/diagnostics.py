@@ -38,7 +38,8 @@ MIN_CHUNKS = 50
 
 CHUNK_FIXED_SHARE = 0.5
 """``chunk_size`` warns when fixed per-chunk costs are over this share of the chunks' time. Measured on
-the small fixture (threads, 2 workers): 32x32 chunks 0.91, 64x64 0.69, 128x128 0.14, 256x256 0.0."""
+the small fixture (threads, 2 workers): 32x32 chunks 1.00, 64x64 0.89, 128x128 0.27
+(docs/performance.md)."""
 
 
 GUIDE_CHUNK_BYTES = 1 << 20
