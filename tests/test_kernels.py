@@ -393,3 +393,25 @@ def test_tent_prefilter_by_row_ranges_equals_the_whole(rows: int, stretch: int, 
     for c0 in range(0, rows, step):
         above = _tent_rows(ranged, c0, min(rows, c0 + step), stretch, above, np)
     assert ranged.tobytes() == whole.tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["u1", "u2", "i2", "i4", "f4", "f8"])
+def test_all_valid_agrees_with_the_mask(dtype: str) -> None:
+    """``all_valid`` answers what ``valid_mask(...).all()`` does, reading the values instead of forming
+    the mask where it can: nodata 0, the type's extremes, NaN, or any other value; with nodata present
+    once or not at all."""
+    from pipeline.resample.common import all_valid, valid_mask
+
+    info = np.iinfo(dtype) if np.dtype(dtype).kind in "iu" else None
+    nodatas = [0.0, float("nan"), 7.0] + ([float(info.max), float(info.min)] if info is not None else [-1.5])
+    rng = np.random.default_rng(3)
+    for nodata in nodatas:
+        clean = (rng.integers(1, 100, (9, 11)) + 10).astype(dtype)  # never 0, 7, an extreme or NaN
+        for a in (clean, clean.copy()):
+            if a is not clean and not (np.isnan(nodata) and info is not None):  # (integers cannot hold NaN)
+                a[4, 5] = np.nan if np.isnan(nodata) else nodata
+            assert all_valid(a, nodata, np) == bool(valid_mask(a, nodata, np).all()), (dtype, nodata)
+        if np.dtype(dtype).kind == "f":
+            b = clean.copy()
+            b[0, 0] = np.nan  # NaN is never data
+            assert all_valid(b, 5.0, np) is False

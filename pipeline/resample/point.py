@@ -24,6 +24,7 @@ from pipeline.resample.common import (
     _take_into,
     _tent_prefilter,
     _work_dtype,
+    all_valid,
     get_xp,
     nodata_fill,
     valid_mask,
@@ -105,21 +106,21 @@ def _bilinear_general(src: Any, nodata: float, cmap: CoordMap, sx: float, sy: fl
 
         return _general_mean(src, nodata, cmap, direct, inside_test=True)
     ft = _work_dtype(src.dtype, xp)
-    valid = valid_mask(src, nodata, xp)
-    all_valid = bool(valid.all())
+    everywhere = all_valid(src, nodata, xp)
+    valid = None if everywhere else valid_mask(src, nodata, xp)
     vy, vx = xp.ones(src.shape[0], dtype=ft), xp.ones(src.shape[1], dtype=ft)
-    if all_valid:  # separable validity: its profiles prefiltered
+    if everywhere:  # separable validity: its profiles prefiltered
         vx = _tent_prefilter(vx, stretch[0], 0, xp) if stretch[0] > 1 else vx
         vy = _tent_prefilter(vy, stretch[1], 0, xp) if stretch[1] > 1 else vy
     pixels: _Weighted
     if xp is np and src.size * np.dtype(ft).itemsize > common.WHOLE_FRAME_BYTES:
         # A large source (a 4096² output's is 8232², 271 MB in float32): prefiltered by bands of rows into
         # reused buffers, not copied whole into fresh pages (slow to fault in after other work).
-        lazy = _LazyRows(src, None if all_valid else valid, (stretch[0], stretch[1]), xp)
-        pixels = _Weighted(None, (vy, vx) if all_valid else None, ft, xp, lazy=lazy)
+        lazy = _LazyRows(src, valid, (stretch[0], stretch[1]), xp)
+        pixels = _Weighted(None, (vy, vx) if everywhere else None, ft, xp, lazy=lazy)
     else:
-        data = (src if all_valid else xp.where(valid, src, 0)).astype(ft)  # a copy: prefiltered in place
-        vf = None if all_valid else valid.astype(ft)
+        data = (src if valid is None else xp.where(valid, src, 0)).astype(ft)  # a copy: prefiltered in place
+        vf = None if valid is None else valid.astype(ft)
         for axis, s in ((1, stretch[0]), (0, stretch[1])):
             if s > 1:
                 data = _tent_prefilter(data, s, axis, xp)

@@ -27,6 +27,7 @@ from pipeline.resample.common import (
     _tent_prefilter,
     _tent_rows,
     _work_dtype,
+    all_valid,
     get_xp,
     nodata_fill,
     valid_mask,
@@ -42,10 +43,9 @@ def _separable_mean(src: Any, nodata: float, y_taps: Taps, x_taps: Taps, xp: Any
     h_s, w_s = src.shape
     h, w = y_taps[0].shape[0], x_taps[0].shape[0]
     ft = _work_dtype(src.dtype, xp)
-    valid = valid_mask(src, nodata, xp)
-    all_valid = bool(valid.all())
-    data = src if all_valid else xp.where(valid, src, 0)
-    vf = None if all_valid else valid.astype(ft)
+    valid = None if all_valid(src, nodata, xp) else valid_mask(src, nodata, xp)
+    data = src if valid is None else xp.where(valid, src, 0)
+    vf = None if valid is None else valid.astype(ft)
     # the x taps once: clipped columns, weights zeroed off the source
     x_cols = [xp.clip(x_taps[0] + k, 0, w_s - 1) for k in range(len(x_taps[1]))]
     x_wts = [
@@ -421,11 +421,11 @@ def _general_mean(
     xp = get_xp(src)
     h, w = cmap.shape_yx
     ft = _work_dtype(src.dtype, xp)
-    valid = valid_mask(src, nodata, xp)
-    if bool(valid.all()):
+    if all_valid(src, nodata, xp):
         ones = (xp.ones(src.shape[0], dtype=ft), xp.ones(src.shape[1], dtype=ft))
         pixels = _Weighted(src, ones, ft, xp, all_valid=True)
     else:
+        valid = valid_mask(src, nodata, xp)
         pixels = _Weighted(xp.where(valid, src, 0), valid.astype(ft), ft, xp)
     out = xp.empty((h, w), dtype=src.dtype)
     for r0, r1 in _row_blocks(h, w, xp):
