@@ -51,20 +51,22 @@ def resample_nearest(src: Any, nodata: float, cmap: CoordMap) -> Any:
     flat, framed = src.ravel(), None
     out = xp.empty((h, w), dtype=src.dtype)
     for r0, r1 in _row_blocks(h, w, xp):
-        x, y = lines.positions(xp, r0, r1)
-        x += EPS
-        y += EPS
+        # GDAL floors x + 1e-10: the nudge is added to each segment's start, not in passes of its own.
+        x, y = lines.positions(xp, r0, r1, shift=EPS)
+        block = out[r0:r1]
+        # The block's least and greatest source pixel, from the ends of the map's segments (floor is
+        # monotone): four passes over the block fewer than its min and max.
+        xlo, xhi, ylo, yhi = (math.floor(v) if math.isfinite(v) else v for v in lines.bounds(xp, r0, r1, EPS))
+        if xlo >= 0 and xhi < w_s and ylo >= 0 and yhi < h_s:
+            # The whole block lands inside the source: positions are not negative, so truncating to
+            # integers floors them; then a plain gather.
+            iy = y.astype(xp.int64)
+            iy *= w_s
+            iy += x.astype(xp.int64)
+            _take_into(flat, iy, block, xp)
+            continue
         xp.floor(x, out=x)
         xp.floor(y, out=y)
-        block = out[r0:r1]
-        # The block's least and greatest source pixel, from the ends of the map's segments (floor(v + EPS)
-        # is monotone in v): four passes over the block fewer than its min and max.
-        xlo, xhi, ylo, yhi = (math.floor(v + EPS) if math.isfinite(v) else v for v in lines.bounds(xp, r0, r1))
-        if xlo >= 0 and xhi < w_s and ylo >= 0 and yhi < h_s:
-            y *= w_s  # the whole block lands inside the source: a plain gather
-            y += x
-            _take_into(flat, y.astype(xp.int64), block, xp)
-            continue
         if src.nbytes > common.WHOLE_FRAME_BYTES:  # no frame of a large source (a copy of it): a mask instead
             if min(xlo, ylo) < -INDEX_BOUND or max(xhi, yhi) > INDEX_BOUND:
                 xp.clip(x, -1, w_s, out=x)  # (far off the source: keep the integers in range)

@@ -12,7 +12,6 @@ import numpy as np
 from pipeline.resample import common
 from pipeline.resample.common import (
     BAND_ROWS,
-    BLOCK_PX,
     ONE,
     SPARSE_TAP,
     Footprints,
@@ -267,7 +266,7 @@ class _LazyRows:
                 _tent_prefilter(out, sy, 0, self.xp)
             return
         n = a1 - a0
-        step = max(sy, BLOCK_PX // max(out.shape[1], 1))
+        step = max(sy, common.BLOCK_PX // max(out.shape[1], 1))
         done, above = 0, None
         for c0 in range(0, n, step):
             c1 = min(n, c0 + step)
