@@ -45,30 +45,16 @@ CLI = (
 
 def in_process() -> dict[str, Any]:
     from pipeline.config import load_config
-    from pipeline.execute.runner import _prepare_store, plan_run
-    from pipeline.execute.task import TaskContext, run_partition
+    from pipeline.execute.runner import _prepare_store, plan_run, task_context
+    from pipeline.execute.task import run_partition
     from pipeline.resample.warp import MAP_CACHE_BYTES, MAPS
-    from pipeline.store.write import store_stamp
 
     contexts, plan = {}, None
     for mode in MODES:
-        cfg = load_config(CONFIG, [f"output.path={OUT}/inprocess-{mode}.zarr"])
+        cfg = load_config(CONFIG, [f"output.path={OUT}/inprocess-{mode}.zarr", "execution.on_error=fail"])
         _, plan = plan_run(cfg)
         _prepare_store(cfg, plan, overwrite=True, resume=False)
-        bands = [b.name for b in plan.bands]
-        contexts[mode] = TaskContext(
-            store_path=cfg.output.path,
-            grid_crs=plan.grid.crs,
-            grid_transform=plan.grid.transform,
-            bands=plan.bands,
-            resampling=plan.resampling,
-            fuse=plan.fuse,
-            on_error="fail",
-            engine=cfg.resampling_engine,
-            grid_width=plan.grid.shape_yx[1],
-            storage=cfg.storage,
-            store_stamp=store_stamp(cfg.output.path, bands, cfg.storage),
-        )
+        contexts[mode] = task_context(cfg, plan)
     assert plan is not None
     partitions = list(plan.partitions)
 

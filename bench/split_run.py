@@ -35,28 +35,15 @@ def main() -> None:
     tune_malloc()
     import_rasterio()
     from pipeline.config import load_config
-    from pipeline.execute.runner import _prepare_store, plan_run
-    from pipeline.execute.task import TaskContext, run_partition
-    from pipeline.store.write import store_stamp
+    from pipeline.execute.runner import _prepare_store, plan_run, task_context
+    from pipeline.execute.task import run_partition
 
-    cfg = load_config(config, [f"output.path={out}/split-{i}.zarr"])
+    cfg = load_config(config, [f"output.path={out}/split-{i}.zarr", "execution.on_error=fail"])
     _, plan = plan_run(cfg)
     _prepare_store(cfg, plan, overwrite=True, resume=False)
     gc.freeze()
     gc.enable()
-    ctx = TaskContext(
-        store_path=cfg.output.path,
-        grid_crs=plan.grid.crs,
-        grid_transform=plan.grid.transform,
-        bands=plan.bands,
-        resampling=plan.resampling,
-        fuse=plan.fuse,
-        on_error="fail",
-        engine=cfg.resampling_engine,
-        grid_width=plan.grid.shape_yx[1],
-        storage=cfg.storage,
-        store_stamp=store_stamp(cfg.output.path, [b.name for b in plan.bands], cfg.storage),
-    )
+    ctx = task_context(cfg, plan)
     partitions = list(plan.partitions)
     for k in my_partitions([p.cost_bytes for p in partitions], i, n):
         run_partition(partitions[k], ctx)

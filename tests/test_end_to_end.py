@@ -209,8 +209,10 @@ def test_other_methods_and_the_kernel_engine_match_gdal(
 def test_skipping_covered_tiles_changes_nothing(tmp_path: Path, small_dir: Path, fuse: str, method: str) -> None:
     """first/last resample a tile only where the chunk is still empty: the same cube as resampling every
     tile whole and fusing afterwards, bit for bit, and some tiles are in fact skipped."""
-    from pipeline.execute.runner import _prepare_store, plan_run
-    from pipeline.execute.task import TaskContext, run_partition
+    from dataclasses import replace
+
+    from pipeline.execute.runner import _prepare_store, plan_run, task_context
+    from pipeline.execute.task import run_partition
 
     data = tmp_path / "data"
     shutil.copytree(small_dir, data)
@@ -225,17 +227,7 @@ def test_skipping_covered_tiles_changes_nothing(tmp_path: Path, small_dir: Path,
         cfg = load_config(write_config(folder, str(data / "**" / "*.tif")), settings)
         _, plan = plan_run(cfg)
         _prepare_store(cfg, plan, overwrite=False, resume=False)
-        ctx = TaskContext(
-            store_path=cfg.output.path,
-            grid_crs=plan.grid.crs,
-            grid_transform=plan.grid.transform,
-            bands=plan.bands,
-            resampling=plan.resampling,
-            fuse=plan.fuse,
-            on_error="fail",
-            grid_width=plan.grid.shape_yx[1],
-            skip_covered=skip,
-        )
+        ctx = replace(task_context(cfg, plan), on_error="fail", skip_covered=skip)  # (the store is made above)
         skipped.append(sum(run_partition(p, ctx)["windows_skipped"] for p in plan.partitions))
         group = zarr.open_group(cfg.output.path, mode="r")
         cubes.append({b.name: group[b.name][:] for b in plan.bands})

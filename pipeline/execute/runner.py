@@ -255,6 +255,25 @@ def _move_aside(config: Config, *, overwrite: bool, resume: bool) -> threading.T
     return thread
 
 
+def task_context(config: Config, plan: Plan) -> TaskContext:
+    """What every task of this run shares (:class:`TaskContext`), for a store that exists: its stamp is
+    read from it."""
+    return TaskContext(
+        store_path=config.output.path,
+        grid_crs=plan.grid.crs,
+        grid_transform=plan.grid.transform,
+        bands=plan.bands,
+        resampling=plan.resampling,
+        fuse=plan.fuse,
+        on_error=config.execution.on_error,
+        engine=config.resampling_engine,
+        grid_width=plan.grid.shape_yx[1],
+        storage=config.storage,
+        store_stamp=store_stamp(config.output.path, [b.name for b in plan.bands], config.storage),
+        gdal_env=tuple(sorted((str(k), str(v)) for k, v in config.inputs.gdal_env.items())),
+    )
+
+
 def run(
     config: Config,
     *,
@@ -292,20 +311,7 @@ def run(
         import random
 
         random.Random(shuffle_seed).shuffle(todo)
-    ctx = TaskContext(
-        store_path=config.output.path,
-        grid_crs=plan.grid.crs,
-        grid_transform=plan.grid.transform,
-        bands=plan.bands,
-        resampling=plan.resampling,
-        fuse=plan.fuse,
-        on_error=config.execution.on_error,
-        engine=config.resampling_engine,
-        grid_width=plan.grid.shape_yx[1],
-        storage=config.storage,
-        store_stamp=store_stamp(config.output.path, [b.name for b in plan.bands], config.storage),
-        gdal_env=tuple(sorted((str(k), str(v)) for k, v in config.inputs.gdal_env.items())),
-    )
+    ctx = task_context(config, plan)
     max_arg = max((len(pickle.dumps(p)) for p in todo), default=0)
 
     records: list[dict[str, Any]] = []
