@@ -258,15 +258,10 @@ class _LazyRows:
         ``reach`` rows miss neighbours unless they are the source's own edges. On NumPy, by ranges of
         rows of ~64K values, each made, prefiltered along x and then along y while it is in cache (a
         band is megabytes; whole-band passes went to memory six times): the same sums in the same order
-        (:func:`_tent_rows`), so the same bits."""
-        sx, sy = self.stretch_xy
-        if self.xp is not np:
-            self._rows(out, a0, a1, validity)
-            if sy > 1:
-                _tent_prefilter(out, sy, 0, self.xp)
-            return
+        (:func:`_tent_rows`), so the same bits. On CuPy, the band in one range."""
+        sy = self.stretch_xy[1]
         n = a1 - a0
-        step = max(sy, common.BLOCK_PX // max(out.shape[1], 1))
+        step = max(sy, common.BLOCK_PX // max(out.shape[1], 1)) if self.xp is np else max(n, 1)
         done, above = 0, None
         for c0 in range(0, n, step):
             c1 = min(n, c0 + step)
