@@ -57,9 +57,11 @@ def virtual_tiles(specs: list[tuple[str, float, float, int, int, float, str, str
             "dtype": "uint16",
             "file_nodata": 0.0,
             "nodata": 0.0,
+            "nodata_from": "file",
+            "bidx": 1,
             "block_x": 256,
             "block_y": 256,
-            "overviews": [2, 4],
+            "overview_sizes": [-(-w // 2), -(-h // 2), -(-w // 4), -(-h // 4)],
             "size": w * h * 2,
             "mtime": 0,
         }

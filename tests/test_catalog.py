@@ -23,7 +23,7 @@ def test_tile_table_fields(small_config) -> None:  # type: ignore[no-untyped-def
     assert list(t["path"]) == sorted(t["path"])
     b02 = t.rows(t["band"] == "B02").row(0)
     assert (b02["width"], b02["a"], b02["dtype"], b02["nodata"], b02["block_x"]) == (384, 10.0, "uint16", 0.0, 256)
-    assert list(b02["overviews"]) == [2]
+    assert list(b02["overview_sizes"]) == [192, 192]
     assert str(b02["date"].astype("datetime64[D]")) in ("2024-06-01", "2024-06-11")
     assert t.columns == TABLE_COLUMNS and t["date"].dtype == "datetime64[ns]" and t["width"].dtype == np.int64
     frame = t.to_pandas()
@@ -51,7 +51,7 @@ def test_parquet_index_rereads_only_changed_files(tmp_path: Path, small_dir: Pat
     for name in first.tiles.columns:  # the index round trip keeps every value and type
         a, b = first.tiles[name], second.tiles[name]
         assert a.dtype == b.dtype, name
-        if name == "overviews":
+        if name == "overview_sizes":
             assert [list(v) for v in a] == [list(v) for v in b]
         else:
             assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), name

@@ -143,19 +143,20 @@ def test_index_keyed_by_etag_and_trusted_without_the_store(tmp_path, s3_server, 
     assert not os.path.exists(trusted.output.path)
 
 
-def test_missing_and_unreadable_objects_are_skipped_and_listed(tmp_path, s3_server, s3_bucket, tiles):
+def test_an_unreadable_object_is_skipped_and_a_missing_one_is_a_config_error(tmp_path, s3_server, s3_bucket, tiles):
     client = s3_server.client()
     client.put_object(Bucket=s3_bucket, Key="tiles/2024-06-01/T99Z9_B01.tif", Body=b"not a tiff")
-    missing = f"s3://{s3_bucket}/tiles/2024-06-09/T00A0_B01.tif"
-    cfg = s3_config(
-        tmp_path, s3_bucket, s3_server.endpoint_url, f"inputs.paths=[s3://{s3_bucket}/tiles/**/*.tif, {missing}]"
-    )
+    cfg = s3_config(tmp_path, s3_bucket, s3_server.endpoint_url)
     result = run(cfg)
     assert result.exit_code == 3
     skipped = {s["path"]: s["error"] for s in result.report["inputs"]["skipped"]}
-    assert set(skipped) == {f"s3://{s3_bucket}/tiles/2024-06-01/T99Z9_B01.tif", missing}
-    assert "no such object" in skipped[missing]
+    assert set(skipped) == {f"s3://{s3_bucket}/tiles/2024-06-01/T99Z9_B01.tif"}
     assert result.report["inputs"]["files"] == len(tiles)
+    # a key that does not exist matches nothing: exit 2 naming it, though the glob beside it matches
+    missing = f"s3://{s3_bucket}/tiles/2024-06-09/T00A0_B01.tif"
+    with pytest.raises(ConfigError, match=r"inputs\.paths.*no object matched .*T00A0_B01\.tif.*the other 1 matched"):
+        paths = f"inputs.paths=[s3://{s3_bucket}/tiles/**/*.tif, {missing}]"
+        run(s3_config(tmp_path / "missing", s3_bucket, s3_server.endpoint_url, paths))
 
 
 def test_an_object_gone_after_indexing_is_skipped_at_read(tmp_path, s3_server, s3_bucket, tiles):

@@ -48,7 +48,20 @@ def test_solar_day_shifts_by_longitude_across_the_utc_date() -> None:
     assert list(days.astype(str)) == ["2024-06-02", "2024-06-01", "2024-06-01", "2024-06-02"]
     steps = compute_time_steps(t, lon, "solar_day")
     assert steps.dtype == np.dtype("datetime64[ns]")
-    assert list(np.unique(steps).astype("datetime64[D]").astype(str)) == ["2024-06-01", "2024-06-02"]
+    # odc-stac's labels: each solar day by its earliest item; here both days' earliest items are at
+    # 2024-06-01T22:30, so the two steps are labelled by their days at 00:00 instead
+    assert list(np.unique(steps).astype(str)) == ["2024-06-01T00:00:00.000000000", "2024-06-02T00:00:00.000000000"]
+
+
+def test_solar_day_labels_match_odc_stac() -> None:
+    """odc-stac labels a solar day by the time of its earliest item, not by the day at 00:00."""
+    t = np.array(["2024-06-01T10:31", "2024-06-01T10:30:05", "2024-06-11T10:30"], "datetime64[ns]")
+    steps = compute_time_steps(t, np.array([9.0, 12.0, 9.0]), "solar_day")
+    assert list(steps.astype("datetime64[s]").astype(str)) == [
+        "2024-06-01T10:30:05",
+        "2024-06-01T10:30:05",
+        "2024-06-11T10:30:00",
+    ]
 
 
 def test_groupby_time_keeps_timestamps_and_none_makes_one_step() -> None:
@@ -151,8 +164,10 @@ def _run(folder: Path, inputs: dict[str, Any], resolution: float = 10) -> tuple[
 
 def _assert_same_cube(got: xr.Dataset, ref: xr.Dataset) -> None:
     assert sorted(got.data_vars) == sorted(ref.data_vars)
-    for c in ("time", "y", "x"):
+    for c in ("y", "x"):
         assert np.array_equal(got[c].values, ref[c].values), c
+    # STAC steps are labelled by their earliest item's time (odc-stac's labels), paths by their date
+    assert np.array_equal(got["time"].values.astype("datetime64[D]"), ref["time"].values.astype("datetime64[D]"))
     for name in ref.data_vars:
         a, b = got[name].values, ref[name].values
         assert a.dtype == b.dtype and a.shape == b.shape, name
@@ -161,15 +176,22 @@ def _assert_same_cube(got: xr.Dataset, ref: xr.Dataset) -> None:
 
 
 @pytest.fixture(scope="module")
-def glob_cube(small_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> xr.Dataset:
-    _, ds = _run(tmp_path_factory.mktemp("glob"), {"paths": [str(small_dir / "**" / "*.tif")], "pattern": PATTERN})
-    return ds
+def glob_run(small_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, xr.Dataset]:
+    """The glob run at 20 m: ``average`` reads the 10 m bands' first overviews."""
+    inputs = {"paths": [str(small_dir / "**" / "*.tif")], "pattern": PATTERN}
+    return _run(tmp_path_factory.mktemp("glob"), inputs, 20)
+
+
+def _bytes_read(report: dict[str, Any]) -> int:
+    return sum(t["bytes_read"] for t in report["tasks"])
 
 
 @pytest.mark.parametrize("source", ["items.json", "catalog/catalog.json", "items.parquet", "api"])
 def test_stac_sources_give_the_glob_cube(
-    source: str, stac_dir: Path, glob_cube: xr.Dataset, tmp_path: Path, request: pytest.FixtureRequest
+    source: str, stac_dir: Path, glob_run: tuple[Any, xr.Dataset], tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    """Planned from the projection extension, with one header read per (collection, band, shape) group
+    for the overviews: the glob run's bits, from the same overview levels (the same bytes read)."""
     if source == "api":
         inputs: dict[str, Any] = {
             "stac_search": {
@@ -180,10 +202,13 @@ def test_stac_sources_give_the_glob_cube(
         }
     else:
         inputs = {"stac": str(stac_dir / source)}
-    result, ds = _run(tmp_path, inputs)
+    glob_result, glob_cube = glob_run
+    result, ds = _run(tmp_path, inputs, 20)
     assert result.exit_code == 0
-    assert result.report["inputs"]["headers_read"] == 0  # planned from the projection extension alone
+    assert result.report["inputs"]["headers_read"] == 4  # one sample per band: all tiles of a band share a shape
     assert result.report["inputs"]["files"] == 32
+    assert result.report["plan"]["levels_used"] == glob_result.report["plan"]["levels_used"]
+    assert _bytes_read(result.report) == _bytes_read(glob_result.report) > 0
     _assert_same_cube(ds, glob_cube)
     # raster:bands scale/offset: CF attributes on the band, stored values untouched.
     assert ds["B02"].attrs["scale_factor"] == 0.0001 and ds["B02"].attrs["add_offset"] == -0.1
@@ -234,7 +259,8 @@ def test_missing_asset_and_broken_href_are_skipped_and_listed(stac_dir: Path, tm
     assert any(p.endswith("nowhere/T31A1_B02.tif") for p in errors)
     assert any(p.endswith("nowhere/T32A0_B11.tif") for p in errors)
     assert len(errors) == 3
-    assert report["inputs"]["headers_read"] == 1
+    # the bare asset, a sample for each of the 3 bands, and B02's next asset after its sample (the broken href) failed
+    assert report["inputs"]["headers_read"] == 5
     ds = xr.open_zarr(tmp_path / "run" / "out.zarr")
     assert sorted(ds.data_vars) == ["B02", "B04", "B11"]
 
@@ -283,11 +309,13 @@ def test_dict_and_arrow_readers_agree(stac_dir: Path, tmp_path: Path) -> None:
             assert same, c
 
 
-def test_stac_geoparquet_in_a_bucket_with_s3_hrefs_gives_the_glob_cube(
-    small_dir: Path, glob_cube: xr.Dataset, tmp_path: Path, s3_server: Any, s3_bucket: str
+def test_stac_geoparquet_in_a_bucket_with_s3_alternates_gives_the_glob_cube(
+    small_dir: Path, glob_run: tuple[Any, xr.Dataset], tmp_path: Path, s3_server: Any, s3_bucket: str
 ) -> None:
-    """The fixture tiles and their stac-geoparquet both in the S3 test server: items whose hrefs are
-    ``s3://`` URLs, read through GDAL's /vsis3/, give the glob cube bit for bit."""
+    """The fixture tiles and their stac-geoparquet both in the S3 test server, shaped as public
+    catalogues publish them: ``https``-style hrefs with an ``alternate.s3.href``. With ``inputs.alternate:
+    s3`` the tiles are read through GDAL's /vsis3/, at the overview levels the glob run reads, and give
+    its cube bit for bit."""
     from tests.s3server import upload_tree
 
     client = s3_server.client()
@@ -297,16 +325,27 @@ def test_stac_geoparquet_in_a_bucket_with_s3_hrefs_gives_the_glob_cube(
     for item in items:
         for asset in item["assets"].values():
             rel = Path(asset["href"]).relative_to(small_dir).as_posix()
-            asset["href"] = f"s3://{s3_bucket}/tiles/{rel}"
+            asset["href"] = f"https://nowhere.invalid/{s3_bucket}/tiles/{rel}"  # never fetched
+            asset["alternate"] = {"s3": {"href": f"s3://{s3_bucket}/tiles/{rel}"}}
     write_geoparquet(items, str(tmp_path / "items.parquet"))
     client.upload_file(str(tmp_path / "items.parquet"), s3_bucket, "stac/items.parquet")
     cfg = _config(
         tmp_path / "run",
-        {"stac": f"s3://{s3_bucket}/stac/items.parquet"},
+        {"stac": f"s3://{s3_bucket}/stac/items.parquet", "alternate": "s3"},
+        20,
         storage={"endpoint_url": s3_server.endpoint_url},
     )
     result = run(load_config(cfg))
+    glob_result, glob_cube = glob_run
     assert result.exit_code == 0, result.report["inputs"]["skipped"]
-    assert result.report["inputs"]["headers_read"] == 0 and result.report["inputs"]["files"] == 32
+    assert result.report["inputs"]["headers_read"] == 4 and result.report["inputs"]["files"] == 32
+    assert all(p.startswith("s3://") for p in build_paths(load_config(cfg)))
     assert result.report["network"]["requests"] > 0  # the tiles really came over HTTP
+    assert _bytes_read(result.report) == _bytes_read(glob_result.report)
     _assert_same_cube(xr.open_zarr(tmp_path / "run" / "out.zarr", mask_and_scale=False), glob_cube)
+
+
+def build_paths(config: Any) -> list[str]:
+    from pipeline.inputs.catalog import build_catalog
+
+    return list(build_catalog(config).tiles["path"])

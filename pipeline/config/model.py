@@ -119,8 +119,21 @@ class InputsConfig(Section):
     )
     assets: Annotated[
         dict[str, str] | None, BeforeValidator(as_assets, json_schema_input_type=dict[str, str] | list[str] | None)
-    ] = Field(None, description="STAC: {band name: asset key}; null: every raster asset, named by its key.")
-    groupby: GroupBy = Field("solar_day", description="STAC: how items become time steps: solar_day | time | none.")
+    ] = Field(
+        None,
+        description="STAC: {band name: asset key}; a multi-band asset's band as key.N (1-based) or key.name "
+        "(its bands/eo:bands name or common name); null: every single-band raster asset, named by its key.",
+    )
+    groupby: GroupBy = Field(
+        "solar_day",
+        description="STAC: how items become time steps: solar_day (labelled by each day's earliest item, as "
+        "odc-stac labels them) | time | none.",
+    )
+    alternate: str | None = Field(
+        None,
+        description="STAC: read each asset from its alternate href of this name where it has one (e.g. s3, "
+        "for catalogues whose hrefs are https://); null: the asset's href.",
+    )
     gdal_env: Annotated[dict[str, str], BeforeValidator(as_gdal_env, json_schema_input_type=dict[str, Any] | None)] = (
         Field(default_factory=dict, description="Extra GDAL config options for reads (override the cloud defaults).")
     )
@@ -387,6 +400,7 @@ class Config(Section):
             "inputs.stac_search": None if i.stac_search is None else dict(i.stac_search),
             "inputs.assets": i.assets,
             "inputs.groupby": i.groupby,
+            "inputs.alternate": i.alternate,
             "inputs.gdal_env": i.gdal_env,
             "grid.crs": g.crs,
             "grid.resolution": list(g.resolution),

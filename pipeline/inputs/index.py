@@ -58,7 +58,7 @@ def _numpy_column(column: Any) -> np.ndarray:
 
     arr = column.combine_chunks()
     kind = "f" if pa.types.is_floating(arr.type) else "i" if pa.types.is_signed_integer(arr.type) else None
-    if kind is None:  # strings (None where null), overviews lists
+    if kind is None:  # strings (None where null), overview_sizes lists
         out = np.empty(len(arr), dtype=object)
         out[:] = arr.to_pylist()
         return out
@@ -78,7 +78,7 @@ def write_index(path: str, table: TileTable, storage: Any = None) -> None:
     import pyarrow.parquet as pq
 
     table = table.rows(np.argsort(table["path"], kind="stable"))
-    types = {"overviews": pa.list_(pa.int64()), "tag_date": pa.string(), "etag": pa.string()}
+    types = {"overview_sizes": pa.list_(pa.int64()), "tag_date": pa.string(), "etag": pa.string()}
     arrow = pa.table(
         {
             c: pa.array(list(table[c]) if table[c].dtype == object else table[c], type=types.get(c))

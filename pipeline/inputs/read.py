@@ -139,6 +139,29 @@ def _open_dataset(path: str, level: int) -> Any:
     return ds
 
 
+def geometry_mismatch(ds: Any, src: SourceWindow) -> str | None:
+    """Why the opened level's georeferencing is not the one ``src`` was planned with, or None. A level's
+    pixel size is compared first (an overview of another size than planned), then the window's origin."""
+    t = ds.transform
+    level = "the file" if src.overview_level < 0 else f"overview {src.overview_level}"
+    a, e = src.transform[0], src.transform[4]
+    if abs(t.a - a) > abs(a) * 1e-6 or abs(t.e - e) > abs(e) * 1e-6:
+        return (
+            f"{level} is {ds.width}x{ds.height} px of {abs(t.a):.6g} x {abs(t.e):.6g}, but the plan expected "
+            f"{abs(a):.6g} x {abs(e):.6g} px from the tile's metadata (the index, or the STAC item and the header "
+            "read for its group): the file differs from that metadata; rerun `pipeline index` if it changed, "
+            "or fix the catalogue"
+        )
+    r0, c0 = src.window[:2]
+    _, _, x0, _, _, y0 = offset_transform(tuple(t)[:6], r0, c0)
+    if abs(x0 - src.transform[2]) > abs(t.a) * 1e-3 or abs(y0 - src.transform[5]) > abs(t.e) * 1e-3:
+        return (
+            f"{level}'s origin ({t.c:.6f}, {t.f:.6f}) differs from the tile's metadata: the file moved or "
+            "changed since it was indexed (rerun `pipeline index`), or the catalogue's proj:transform is wrong"
+        )
+    return None
+
+
 def read_window(src: SourceWindow) -> np.ndarray:
     """Read ``src.window`` of band 1 at ``src.overview_level``; raise TileReadError naming file and window."""
     from rasterio.windows import Window
@@ -152,12 +175,9 @@ def read_window(src: SourceWindow) -> np.ndarray:
     t_start = time.perf_counter()
     try:
         ds = _open_dataset(src.path, src.overview_level)
-        t = ds.transform
-        _, _, x0, _, _, y0 = offset_transform(tuple(t)[:6], r0, c0)
-        if abs(x0 - src.transform[2]) > abs(t.a) * 1e-3 or abs(y0 - src.transform[5]) > abs(t.e) * 1e-3:
-            raise TileReadError(
-                src.path, f"georeferencing changed since it was indexed ({where}); rerun `pipeline index`"
-            )
+        problem = geometry_mismatch(ds, src)
+        if problem:
+            raise TileReadError(src.path, f"{problem} ({where})")
         data = ds.read(1, window=Window(c0, r0, w, h))
         if remote:
             netstats.record_read(time.perf_counter() - t_start, _block_bytes(ds, r0, c0, h, w))

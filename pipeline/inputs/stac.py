@@ -35,165 +35,110 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
-from urllib.parse import urljoin
 
 import numpy as np
 
 from pipeline.config import Config, is_url
 from pipeline.errors import ConfigError, TileReadError
-from pipeline.inputs.catalog import finish_table, read_header
+from pipeline.inputs.headers import read_header
 from pipeline.inputs.read import input_errors
-from pipeline.inputs.tiles import TABLE_COLUMNS, Catalog, TileTable
+from pipeline.inputs.stac_fields import (  # noqa: F401 - the rules, importable from here
+    AFFINE,
+    ASSET_COLUMNS,
+    GROUPBY,
+    asset_href,
+    band_count,
+    band_field,
+    band_index,
+    compute_solar_day,
+    compute_time_steps,
+    crs_of,
+    is_categorical,
+    is_raster_asset,
+    number,
+    parse_time,
+    proj_field,
+    resolve_href,
+    split_asset_key,
+)
+from pipeline.inputs.tiles import TABLE_COLUMNS, Catalog, TileTable, factorize
 
 logger = logging.getLogger(__name__)
 
-GROUPBY = ("solar_day", "time", "none")
-_RASTER_TYPES = ("image/tiff", "image/vnd.stac.geotiff", "image/jp2", "application/x-hdf")
-_NOT_DATA_ROLES = {"thumbnail", "overview", "metadata"}
-_AFFINE = ("a", "b", "c", "d", "e", "f")
-ASSET_COLUMNS = [
-    "href",
-    "band",
-    "item",
-    "time",
-    "lon",
-    "crs",
-    *_AFFINE,
-    "width",
-    "height",
-    "dtype",
-    "nodata",
-    "scale",
-    "offset",
-    "size",
-]
-"""The asset table both readers (dicts and Arrow) produce: one row per (item, band); unknown numbers
-NaN (``width``/``height``: -1), unknown strings None."""
-
-
-# --- pure rules ----------------------------------------------------------------------------------------
-
-
-def compute_solar_day(times: np.ndarray, lon: np.ndarray) -> np.ndarray:
-    """odc-stac's solar day: the date part of UTC ``times`` + ``lon``/15 hours (datetime64[D])."""
-    shift = np.round(np.asarray(lon, dtype="f8") * 240e9).astype(np.int64).astype("timedelta64[ns]")
-    return (np.asarray(times, dtype="datetime64[ns]") + shift).astype("datetime64[D]")
-
-
-def compute_time_steps(times: np.ndarray, lon: np.ndarray, groupby: str) -> np.ndarray:
-    """Each asset's time step (datetime64[ns]): its solar day at 00:00, its exact time, or one step."""
-    times = np.asarray(times, dtype="datetime64[ns]")
-    if groupby == "solar_day":
-        return compute_solar_day(times, lon).astype("datetime64[ns]")
-    if groupby == "time":
-        return times
-    if groupby == "none":
-        return np.full(len(times), times.min() if len(times) else np.datetime64(0, "ns"), dtype="datetime64[ns]")
-    raise ValueError(f"groupby must be one of {GROUPBY}, not {groupby!r}")
-
-
-def resolve_href(href: str, base: str | None) -> str:
-    """An asset href as the readers take it: URLs kept, ``file://`` stripped, relative ones joined to
-    ``base`` (a file path or URL of the document they came from), local paths made absolute."""
-    if href.startswith("file://"):
-        href = href[len("file://") :]
-    if is_url(href):
-        return href
-    if not os.path.isabs(href) and base:
-        if is_url(base) and not base.startswith("file://"):
-            return urljoin(base, href)
-        base = base[len("file://") :] if base.startswith("file://") else base
-        href = os.path.join(os.path.dirname(base), href)
-    return os.path.normpath(os.path.abspath(href))
-
-
-def is_raster_asset(asset: dict[str, Any]) -> bool:
-    """A data raster of one band: a raster media type or raster/proj fields, no thumbnail/metadata role,
-    at most one entry in ``raster:bands``."""
-    if _NOT_DATA_ROLES & set(asset.get("roles") or ()):
-        return False
-    if len(asset.get("raster:bands") or ()) > 1:
-        return False
-    kind = str(asset.get("type") or "")
-    return kind.startswith(_RASTER_TYPES) or "raster:bands" in asset or "proj:shape" in asset
-
-
-def _nodata(value: Any) -> float:
-    return float("nan") if value is None else float(value)  # "nan", "inf" and numbers alike
-
-
-def _parse_time(props: dict[str, Any]) -> np.datetime64:
-    text = props.get("datetime") or props.get("start_datetime")
-    if not text:
-        raise ValueError("has no datetime or start_datetime")
-    t = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    if t.tzinfo is not None:
-        t = t.astimezone(UTC).replace(tzinfo=None)
-    return np.datetime64(t, "ns")
-
-
-def _epsg_code(fields: dict[str, Any]) -> str | None:
-    if fields.get("proj:code"):
-        return str(fields["proj:code"])
-    if fields.get("proj:epsg") is not None:
-        return f"EPSG:{int(fields['proj:epsg'])}"
-    return None
-
 
 def asset_rows_from_items(
-    items: Iterable[dict[str, Any]], assets: dict[str, str] | None, base: str | None, skipped: list[dict[str, str]]
+    items: Iterable[dict[str, Any]],
+    assets: dict[str, str] | None,
+    base: str | None,
+    skipped: list[dict[str, str]],
+    alternate: str | None = None,
 ) -> dict[str, list[Any]]:
-    """The asset table (lists) from item dicts; items lacking a wanted asset go to ``skipped``."""
+    """The asset table (lists, :data:`~pipeline.inputs.stac_fields.ASSET_COLUMNS`) from item dicts; items
+    lacking a wanted asset or band go to ``skipped``."""
     rows: dict[str, list[Any]] = {c: [] for c in ASSET_COLUMNS}
     items = list(items)
     why = "wanted by inputs.assets"
-    if assets is None:  # every raster asset any item has, by its key
-        keys = {k for it in items for k, a in (it.get("assets") or {}).items() if is_raster_asset(a)}
+    if assets is None:  # every single-band raster asset any item has, by its key
+        keys = {
+            k for it in items for k, a in (it.get("assets") or {}).items() if is_raster_asset(a) and band_count(a) == 1
+        }
         assets = {k: k for k in sorted(keys)}
-        why = "inputs.assets is null: every raster asset is wanted; set it to choose"
+        why = "inputs.assets is null: every single-band raster asset is wanted; set it to choose"
     for item in items:
         item_id = str(item.get("id"))
         props = item.get("properties") or {}
         found = item.get("assets") or {}
         try:
-            time = _parse_time(props)
+            time = parse_time(props)
         except ValueError as e:
             skipped.append({"path": item_id, "error": f"STAC item {e}"})
             continue
-        missing = sorted(k for k in assets.values() if not (found.get(k) or {}).get("href"))
-        if missing:
+        chosen: dict[str, tuple[str, int]] = {}
+        problems = []
+        for band, wanted in assets.items():
+            key, selector = split_asset_key(wanted, found)
+            asset = found.get(key) or {}
+            k = band_index(asset, selector) if asset.get("href") else None
+            if not asset.get("href"):
+                problems.append(f"no asset {key!r}")
+            elif k is None:
+                problems.append(f"asset {key!r} has no band {selector!r} (it has {band_count(asset)})")
+            else:
+                chosen[band] = (key, k)
+        if problems:
             skipped.append(
-                {
-                    "path": item_id,
-                    "error": f"STAC item has no asset {', '.join(map(repr, missing))} ({why}); it has {sorted(found)}",
-                }
+                {"path": item_id, "error": f"STAC item has {'; '.join(problems)} ({why}); it has {sorted(found)}"}
             )
             continue
         bbox = item.get("bbox") or [np.nan] * 4
         lon = (bbox[0] + bbox[2]) / 2
         self_href = next((ln.get("href") for ln in item.get("links") or () if ln.get("rel") == "self"), None)
-        for band, key in assets.items():
-            a = {**props, **found[key]}  # asset fields override the item's
-            shape = a.get("proj:shape")
-            transform = a.get("proj:transform")
-            rb = (a.get("raster:bands") or [{}])[0]
-            rows["href"].append(resolve_href(str(a["href"]), self_href or base))
+        for band, (key, k) in chosen.items():
+            asset = found[key]
+            shape = proj_field(asset, props, "proj:shape")
+            transform = proj_field(asset, props, "proj:transform")
+            rows["href"].append(resolve_href(str(asset_href(asset, alternate)), self_href or base, base))
             rows["band"].append(band)
+            rows["bidx"].append(k)
             rows["item"].append(item_id)
+            rows["collection"].append(str(item.get("collection") or ""))
             rows["time"].append(time)
             rows["lon"].append(lon)
-            rows["crs"].append(_epsg_code(a))
-            for k, name in enumerate(_AFFINE):
-                rows[name].append(float(transform[k]) if transform and len(transform) >= 6 else np.nan)
+            rows["crs"].append(crs_of(asset, props))
+            for j, name in enumerate(AFFINE):
+                rows[name].append(float(transform[j]) if transform and len(transform) >= 6 else np.nan)
             rows["height"].append(int(shape[0]) if shape else -1)
             rows["width"].append(int(shape[1]) if shape else -1)
-            rows["dtype"].append(rb.get("data_type"))
-            rows["nodata"].append(_nodata(rb.get("nodata")))
-            rows["scale"].append(_nodata(rb.get("scale")))
-            rows["offset"].append(_nodata(rb.get("offset")))
-            rows["size"].append(int(a.get("file:size") or 0))
+            dtype = band_field(asset, props, k, "dtype")
+            rows["dtype"].append(None if dtype is None else str(dtype))
+            for column in ("nodata", "scale", "offset"):
+                rows[column].append(number(band_field(asset, props, k, column)))
+            unit = band_field(asset, props, k, "unit")
+            rows["unit"].append(None if unit is None else str(unit))
+            rows["size"].append(int(asset.get("file:size") or 0))
+            rows["categorical"].append(is_categorical(asset, k))
     return rows
 
 
@@ -239,6 +184,13 @@ def search_item_dicts(search: dict[str, Any]) -> list[dict[str, Any]]:
 # --- the catalog ---------------------------------------------------------------------------------------
 
 
+SAMPLE_TRIES = 3
+"""Headers tried per group of assets planned from metadata before its assets go without overviews."""
+
+_INT_ASSET_COLUMNS = ("width", "height", "size", "bidx")
+_TEXT_ASSET_COLUMNS = ("href", "band", "item", "collection", "crs", "dtype", "unit")
+
+
 def _as_arrays(rows: dict[str, Sequence[Any]]) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for c in ASSET_COLUMNS:
@@ -247,9 +199,11 @@ def _as_arrays(rows: dict[str, Sequence[Any]]) -> dict[str, np.ndarray]:
             out[c] = v
         elif c == "time":
             out[c] = np.array(v, dtype="datetime64[ns]")
-        elif c in ("width", "height", "size"):
+        elif c in _INT_ASSET_COLUMNS:
             out[c] = np.array(v, dtype=np.int64)
-        elif c in ("href", "band", "item", "crs", "dtype"):
+        elif c == "categorical":
+            out[c] = np.array(v, dtype=bool)
+        elif c in _TEXT_ASSET_COLUMNS:
             out[c] = np.empty(len(v), dtype=object)
             out[c][:] = list(v)
         else:
@@ -262,24 +216,36 @@ def load_asset_rows(config: Config) -> tuple[dict[str, np.ndarray], list[dict[st
     i = config.inputs
     skipped: list[dict[str, str]] = []
     if i.stac_search:
-        rows: dict[str, Any] = asset_rows_from_items(search_item_dicts(dict(i.stac_search)), i.assets, None, skipped)
+        items = search_item_dicts(dict(i.stac_search))
+        if not items:
+            raise ConfigError(
+                "inputs.stac_search",
+                f"the search at {i.stac_search['url']} matched no item: {_search_terms(i.stac_search)}",
+            )
+        rows: dict[str, Any] = asset_rows_from_items(items, i.assets, None, skipped, i.alternate)
     elif i.stac and re.search(r"\.(geo)?parquet$", i.stac, re.I):
         from pipeline.inputs.stac_parquet import asset_rows_from_arrow, read_geoparquet_table
 
         table = read_geoparquet_table(i.stac, config.storage, i.assets)
-        rows = asset_rows_from_arrow(table, i.assets, i.stac, skipped)
+        rows = asset_rows_from_arrow(table, i.assets, i.stac, skipped, i.alternate)
     elif i.stac:
         items, base = read_item_dicts(i.stac)
-        rows = asset_rows_from_items(items, i.assets, base, skipped)
+        if not items:
+            raise ConfigError("inputs.stac", f"{i.stac} holds no STAC item")
+        rows = asset_rows_from_items(items, i.assets, base, skipped, i.alternate)
     else:
         raise ConfigError("inputs.stac", "no STAC source given")
     return _as_arrays(rows), skipped
 
 
-def _read_headers(hrefs: list[str], max_threads: int) -> list[tuple[dict[str, Any] | None, str | None]]:
+def _search_terms(search: Any) -> str:
+    return ", ".join(f"{k}={v}" for k, v in dict(search).items() if k != "url" and v is not None) or "no terms"
+
+
+def _read_headers(hrefs: list[str], config: Config, max_threads: int) -> list[tuple[dict[str, Any] | None, str | None]]:
     def one(href: str) -> tuple[dict[str, Any] | None, str | None]:
         try:
-            return read_header(href), None
+            return read_header(href, config), None
         except TileReadError as e:
             return None, e.problem
         except input_errors() as e:  # a bad input; any other exception is a bug and fails the run
@@ -287,43 +253,61 @@ def _read_headers(hrefs: list[str], max_threads: int) -> list[tuple[dict[str, An
 
     if not hrefs:
         return []
+    if any(is_url(h) for h in hrefs):
+        from pipeline.inputs.read import cloud_env
+
+        cloud_env(config.storage)  # the AWS session and GDAL's network counters: once, before the threads
     with ThreadPoolExecutor(min(max_threads, len(hrefs))) as pool:
         return list(pool.map(one, hrefs))
 
 
-def compute_band_attrs(rows: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
-    """``scale_factor``/``add_offset`` per band from ``raster:bands`` (the first asset in href order;
-    a band whose assets disagree is logged)."""
-    out: dict[str, dict[str, float]] = {}
+def compute_band_attrs(rows: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+    """CF attributes per band from the STAC metadata: ``scale_factor``/``add_offset`` from the scale and
+    offset, ``units`` from the unit (the first asset in href order; a band whose assets disagree is
+    logged)."""
+    out: dict[str, dict[str, Any]] = {}
     for band in sorted(set(rows["band"])):
         sel = np.flatnonzero(rows["band"] == band)
-        attrs = {}
+        sel = sel[np.argsort(rows["href"][sel], kind="stable")]
+        attrs: dict[str, Any] = {}
         for col, name in (("scale", "scale_factor"), ("offset", "add_offset")):
             values = rows[col][sel]
-            if np.isnan(values).all():
-                continue
-            if len(np.unique(values)) > 1:  # the first in href order
-                values = values[np.argsort(rows["href"][sel], kind="stable")]
             known = values[~np.isnan(values)]
             if len(known):
                 attrs[name] = float(known[0])
                 if len(np.unique(known)) > 1 or len(known) < len(values):
-                    logger.warning("band %s: raster:bands %s differs between assets; recording %s", band, col, known[0])
+                    logger.warning("band %s: STAC %s differs between assets; recording %s", band, col, known[0])
+        units = [u for u in rows["unit"][sel] if u]
+        if units:
+            attrs["units"] = units[0]
         if attrs:
             out[band] = attrs
     return out
 
 
-def build_stac_catalog(config: Config, max_threads: int = 8) -> Catalog:
-    """The tile table of the configured STAC items (see the module docstring)."""
+def _group_samples(rows: dict[str, np.ndarray], planned: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Assets planned from metadata, grouped by (collection, band, shape, pixel size): each group's first
+    asset in table order (its sample, whose header gives the group's overviews, blocks and file nodata),
+    and each planned asset's group. Vectorised: a 192,000-item catalogue has ~2.5 million assets."""
+    idx = np.flatnonzero(planned)
+    key = np.zeros(len(idx), dtype=np.int64)
+    for col in ("collection", "band", "width", "height", "a", "e"):
+        distinct, codes = factorize(rows[col][idx])
+        key = key * len(distinct) + codes
+    _, first, group = np.unique(key, return_index=True, return_inverse=True)
+    return idx[first], group.reshape(-1)
+
+
+def stac_catalog(config: Config, max_threads: int = 8) -> Catalog:
+    """The configured STAC items' rows (see the module docstring), for
+    :func:`pipeline.inputs.catalog.build_catalog` to finish."""
     rows, skipped = load_asset_rows(config)
     n = len(rows["href"])
     if not n:
-        raise ConfigError(
-            "inputs.stac_search" if config.inputs.stac_search else "inputs.stac",
-            f"no usable STAC item found ({len(skipped)} skipped)",
-        )
-    affine = np.column_stack([rows[c] for c in _AFFINE])
+        key = "inputs.stac_search" if config.inputs.stac_search else "inputs.stac"
+        first = f"; the first: {skipped[0]['path']}: {skipped[0]['error']}" if skipped else ""
+        raise ConfigError(key, f"no usable STAC item found ({len(skipped)} skipped{first})")
+    affine = np.column_stack([rows[c] for c in AFFINE])
     planned = (
         (rows["crs"] != None)  # noqa: E711 - element-wise
         & (rows["dtype"] != None)  # noqa: E711 - element-wise
@@ -331,23 +315,56 @@ def build_stac_catalog(config: Config, max_threads: int = 8) -> Catalog:
         & (rows["height"] > 0)
         & np.isfinite(affine).all(axis=1)
     )
-    overviews = np.empty(n, dtype=object)
-    overviews.fill([])  # one shared empty list: unknown (read at full resolution); never mutated
-    block = np.zeros(n, dtype=np.int64)
+    nodata_from = np.where(np.isnan(rows["nodata"]), "", "stac").astype(object)
+    sizes = np.empty(n, dtype=object)
+    sizes.fill([])
+    block = np.zeros((n, 2), dtype=np.int64)
     keep = np.ones(n, dtype=bool)
-    to_open = np.flatnonzero(~planned)
-    for k, (header, error) in zip(to_open, _read_headers([rows["href"][k] for k in to_open], max_threads), strict=True):
+    samples, group = _group_samples(rows, planned)
+    planned_idx = np.flatnonzero(planned)
+    to_open = np.concatenate([np.flatnonzero(~planned), samples]).astype(np.int64)
+    opened: dict[int, dict[str, Any]] = {}
+    headers_read = 0
+    for _ in range(SAMPLE_TRIES):
+        headers = _read_headers([rows["href"][k] for k in to_open], config, max_threads)
+        headers_read += len(to_open)
+        failed = []
+        for k, (header, error) in zip(to_open.tolist(), headers, strict=True):
+            if header is None:
+                keep[k] = False
+                skipped.append({"path": rows["href"][k], "error": str(error)})
+                failed.append(k)
+            else:
+                opened[k] = header
+        # A group whose sample failed tries its next asset (the failed one is skipped and listed).
+        retry = []
+        for k in failed:
+            if planned[k]:
+                g = group[np.searchsorted(planned_idx, k)]
+                others = planned_idx[(group == g) & keep[planned_idx]]
+                if len(others):
+                    samples[g] = others[0]
+                    retry.append(int(others[0]))
+        if not retry:
+            break
+        to_open = np.array(retry, dtype=np.int64)
+    for k in np.flatnonzero(~planned):  # opened: the file is the metadata
+        header = opened.get(int(k))
         if header is None:
-            keep[k] = False
-            skipped.append({"path": rows["href"][k], "error": str(error)})
             continue
         rows["crs"][k], rows["dtype"][k] = header["crs"], header["dtype"]
-        affine[k] = [header[c] for c in _AFFINE]
+        affine[k] = [header[c] for c in AFFINE]
         rows["width"][k], rows["height"][k] = header["width"], header["height"]
-        if np.isnan(rows["nodata"][k]):
-            rows["nodata"][k] = header["file_nodata"]
-        overviews[k] = header["overviews"]
-        block[k] = header["block_x"]
+    source = np.arange(n)  # whose header each asset takes overviews, blocks and file nodata from
+    source[planned_idx] = samples[group]
+    for k in range(n):
+        header = opened.get(int(source[k]))
+        if header is None:
+            continue
+        sizes[k] = header["overview_sizes"]
+        block[k] = header["block_x"], header["block_y"]
+        if not nodata_from[k] and not np.isnan(header["file_nodata"]):
+            rows["nodata"][k], nodata_from[k] = header["file_nodata"], "file"
     a, b, c, d, e, f = affine.T
     w, h = rows["width"].astype("f8"), rows["height"].astype("f8")
     xs = np.stack([c, w * a + c, h * b + c, w * a + h * b + c])  # corners as rasterio computes bounds
@@ -355,11 +372,12 @@ def build_stac_catalog(config: Config, max_threads: int = 8) -> Catalog:
     tiles = TileTable(
         {
             "path": rows["href"],
+            "bidx": rows["bidx"],
             "band": rows["band"],
             "tile": rows["item"],
             "date": compute_time_steps(rows["time"], rows["lon"], config.inputs.groupby),
             "crs": rows["crs"],
-            **{k: affine[:, j].copy() for j, k in enumerate(_AFFINE)},
+            **{k: affine[:, j].copy() for j, k in enumerate(AFFINE)},
             "width": rows["width"],
             "height": rows["height"],
             "xmin": xs.min(axis=0),
@@ -368,31 +386,33 @@ def build_stac_catalog(config: Config, max_threads: int = 8) -> Catalog:
             "ymax": ys.max(axis=0),
             "dtype": rows["dtype"],
             "file_nodata": rows["nodata"],
-            "block_x": block,
-            "block_y": block.copy(),
-            "overviews": overviews,
+            "block_x": block[:, 0].copy(),
+            "block_y": block[:, 1].copy(),
+            "overview_sizes": sizes,
             "size": rows["size"],
             "mtime": np.zeros(n, dtype=np.int64),
             "nodata": rows["nodata"],
+            "nodata_from": nodata_from,
         }
     )
     if not keep.all():
         tiles = tiles.rows(keep)
         rows = {k: v[keep] for k, v in rows.items()}
-    band_attrs = compute_band_attrs(rows)
-    tiles = finish_table(tiles.select(TABLE_COLUMNS), config, skipped)
-    if config.execution.on_error == "fail" and skipped:
-        raise TileReadError(skipped[0]["path"], skipped[0]["error"])
-    for s in skipped:
-        logger.warning("skipping %s: %s", s["path"], s["error"])
     logger.info(
-        "STAC: %d assets, %d planned from metadata, %d opened, %d skipped",
+        "STAC: %d assets, %d planned from metadata (%d headers read for their overviews), %d opened, %d skipped",
         n,
-        int(planned.sum()),
-        len(to_open),
+        len(planned_idx),
+        len(samples),
+        int((~planned).sum()),
         len(skipped),
     )
-    return Catalog(tiles=tiles, skipped=skipped, headers_read=len(to_open), band_attrs=band_attrs)
+    return Catalog(
+        tiles=tiles.select(TABLE_COLUMNS),
+        skipped=skipped,
+        headers_read=headers_read,
+        band_attrs=compute_band_attrs(rows),
+        categorical=frozenset(str(b) for b in np.unique(rows["band"][rows["categorical"]])),
+    )
 
 
 # --- writing items -------------------------------------------------------------------------------------
@@ -444,7 +464,7 @@ def items_from_files(
                     {
                         "proj:code": hd["crs"],
                         "proj:shape": [hd["height"], hd["width"]],
-                        "proj:transform": [hd[c] for c in _AFFINE],
+                        "proj:transform": [hd[c] for c in AFFINE],
                         "proj:bbox": [hd["xmin"], hd["ymin"], hd["xmax"], hd["ymax"]],
                     }
                 )

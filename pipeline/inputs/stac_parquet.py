@@ -10,12 +10,32 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import ConfigError
-from pipeline.inputs.stac import _AFFINE, ASSET_COLUMNS, is_raster_asset, resolve_href
+from pipeline.inputs.stac_fields import (
+    AFFINE,
+    ASSET_COLUMNS,
+    BAND_FIELDS,
+    CLASSIFICATION,
+    band_count,
+    band_index,
+    is_categorical,
+    is_raster_asset,
+    resolve_href,
+    split_asset_key,
+)
 
-_ITEM_FIELDS = ("proj:code", "proj:epsg", "proj:transform", "proj:shape", "raster:bands")
+_ITEM_FIELDS = (
+    "proj:code",
+    "proj:epsg",
+    "proj:wkt2",
+    "proj:transform",
+    "proj:shape",
+    "raster:bands",
+    "bands",
+    *(new for new, _ in BAND_FIELDS.values()),
+)
 
 
-_ASSET_FIELDS = ("href", "type", "roles", *_ITEM_FIELDS, "file:size")
+_ASSET_FIELDS = ("href", "type", "roles", *_ITEM_FIELDS, "file:size", "alternate", "eo:bands", *CLASSIFICATION)
 
 
 def read_geoparquet_table(source: str, storage: Any = None, assets: dict[str, str] | None = None) -> Any:
@@ -29,10 +49,16 @@ def read_geoparquet_table(source: str, storage: Any = None, assets: dict[str, st
         schema = pf.schema_arrow
         if "assets" not in schema.names:
             raise ConfigError("inputs.stac", f"{source} has no 'assets' column: not stac-geoparquet")
-        columns = [c for c in ("id", "datetime", "start_datetime", "bbox", *_ITEM_FIELDS) if c in schema.names]
+        columns = [
+            c for c in ("id", "collection", "datetime", "start_datetime", "bbox", *_ITEM_FIELDS) if c in schema.names
+        ]
         struct = schema.field("assets").type
         keys = {struct.field(i).name: struct.field(i).type for i in range(struct.num_fields)}
-        wanted = sorted(keys) if assets is None else sorted(set(assets.values()) & set(keys))
+        wanted = (
+            sorted(keys)
+            if assets is None
+            else sorted({split_asset_key(v, keys)[0] for v in assets.values()} & set(keys))
+        )
         if any("." in k for k in wanted):  # a dotted key cannot be named as a nested column
             return pf.read(columns=[*columns, "assets"])
         fields = {key: {keys[key].field(i).name for i in range(keys[key].num_fields)} for key in wanted}
@@ -147,18 +173,18 @@ def _list_matrix(arr: Any, width: int) -> np.ndarray:
     return out
 
 
-def _first_struct(arr: Any) -> tuple[np.ndarray, Any, np.ndarray]:
-    """Rows whose list has an element, and those first elements (``raster:bands[0]``): a struct array
-    and where in it each of those rows' first element is."""
+def _nth_struct(arr: Any, k: int) -> tuple[np.ndarray, Any, np.ndarray]:
+    """Rows whose list has a ``k``-th element (1-based; ``raster:bands[k-1]``), and those elements: a
+    struct array and where in it each of those rows' element is."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
-    starts = _list_starts(arr, 1)
+    starts = _list_starts(arr, k)
     if starts is not None:  # the values array itself, indexed: no slicing or taking of structs
-        return starts[0], arr.values, starts[1]
-    ok = np.nan_to_num(_f8(pc.list_value_length(arr)), nan=0) >= 1
-    return ok, pc.list_flatten(pc.list_slice(pc.filter(arr, _mask(ok)), 0, 1)), np.arange(int(ok.sum()))
+        return starts[0], arr.values, starts[1] + (k - 1)
+    ok = np.nan_to_num(_f8(pc.list_value_length(arr)), nan=0) >= k
+    return ok, pc.list_flatten(pc.list_slice(pc.filter(arr, _mask(ok)), k - 1, k)), np.arange(int(ok.sum()))
 
 
 _RASTER_SAMPLE = 1000
@@ -177,16 +203,18 @@ def _raster_keys(structs: Any, rows: int) -> list[str]:
     for key in sorted(structs.type.field(i).name for i in range(structs.type.num_fields)):
         sub = pc.struct_field(structs, [key])
         first = next((v for v in sub.slice(0, rows).to_pylist() if v is not None), None)
-        if first is not None and is_raster_asset({k: v for k, v in first.items() if v is not None}):
+        asset = {k: v for k, v in first.items() if v is not None} if first is not None else None
+        if asset is not None and is_raster_asset(asset) and band_count(asset) == 1:
             out.append(key)
     return out
 
 
 def asset_rows_from_arrow(
-    table: Any, assets: dict[str, str] | None, base: str, skipped: list[dict[str, str]]
+    table: Any, assets: dict[str, str] | None, base: str, skipped: list[dict[str, str]], alternate: str | None = None
 ) -> dict[str, np.ndarray]:
     """The asset table from a stac-geoparquet table, column by column: no per-item Python objects but
-    the ids and hrefs. Item-level ``proj:*``/``raster:bands`` columns fill what an asset lacks."""
+    the ids and hrefs. Fields are looked for where :mod:`pipeline.inputs.stac_fields` says, first found
+    wins; item-level columns fill what an asset lacks."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -195,6 +223,9 @@ def asset_rows_from_arrow(
     if "assets" not in cols:
         raise ConfigError("inputs.stac", f"{base} has no 'assets' column: not stac-geoparquet")
     ids = _strings(table.column("id").combine_chunks())
+    collection = (
+        _strings(table.column("collection").combine_chunks()) if "collection" in cols else np.full(n, None, object)
+    )
     time_col = table.column("datetime") if "datetime" in cols else None
     if time_col is None or (time_col.null_count and "start_datetime" in cols):
         start = table.column("start_datetime")
@@ -223,42 +254,44 @@ def asset_rows_from_arrow(
     why = np.full(n, "", dtype=object)
     why[bad] = "STAC item has no datetime or start_datetime"
     subs = {}
-    for band, key in wanted.items():
+    for band, value in wanted.items():
+        key, selector = split_asset_key(value, keys)
         sub = pc.struct_field(structs, [key]) if key in keys else pa.nulls(n, pa.struct([("href", pa.string())]))
-        subs[band] = sub
         missing = _f8(pc.is_null(pc.struct_field(sub, ["href"]) if "href" in [f.name for f in sub.type] else sub))
         missing = missing.astype(bool) & ~bad
+        sample = _first_asset(sub)
+        k = band_index(sample, selector) if sample is not None else 1
+        problem = f"no asset {key!r}"
+        if k is None:
+            missing |= ~bad
+            problem = f"asset {key!r} has no band {selector!r} (it has {band_count(sample or {})})"
         why[missing] = [f"{w}; " if w else "" for w in why[missing]]
-        why[missing] += f"STAC item has no asset {key!r} " + (
-            "(wanted by inputs.assets)" if assets else "(inputs.assets is null: every raster asset is wanted)"
+        why[missing] += f"STAC item has {problem} " + (
+            "(wanted by inputs.assets)"
+            if assets
+            else "(inputs.assets is null: every single-band raster asset is wanted)"
         )
         bad |= missing
-    for k in np.flatnonzero(bad):
-        skipped.append({"path": str(ids[k]), "error": str(why[k])})
+        subs[band] = (sub, k or 1, bool(sample is not None and is_categorical(sample, k or 1)))
+    for j in np.flatnonzero(bad):
+        skipped.append({"path": str(ids[j]), "error": str(why[j])})
     good = np.flatnonzero(~bad)
 
     def item_level(name: str) -> Any:
         return table.column(name).combine_chunks() if name in cols else None
 
     parts = []
-    for band, sub in subs.items():
+    for band, (sub, k, categorical) in subs.items():
         fields = {sub.type.field(i).name for i in range(sub.type.num_fields)}
 
         def get(name: str, fields: set[str] = fields, sub: Any = sub) -> Any:
             return pc.struct_field(sub, [name]) if name in fields else None
 
         crs = np.full(n, None, dtype=object)
-        for src in (item_level("proj:epsg"), get("proj:epsg"), item_level("proj:code"), get("proj:code")):
-            if src is None:
-                continue
-            if pa.types.is_integer(src.type):
-                codes = _f8(src)
-                has = ~np.isnan(codes)
-                crs[has] = [f"EPSG:{int(c)}" for c in codes[has]]
-            else:
-                vals = _strings(src)
-                has = vals != None  # noqa: E711 - element-wise
-                crs[has] = vals[has]
+        for src in (item_level("proj:wkt2"), get("proj:wkt2"), item_level("proj:epsg"), get("proj:epsg")):
+            _fill_text(crs, src, epsg=True)  # later sources win: proj:code, then the asset's, last
+        for src in (item_level("proj:code"), get("proj:code")):
+            _fill_text(crs, src, epsg=False)
         affine = np.full((n, 6), np.nan)
         shape = np.full((n, 2), np.nan)
         for src in (item_level("proj:transform"), get("proj:transform")):
@@ -271,25 +304,36 @@ def asset_rows_from_arrow(
                 m = _list_matrix(src, 2)
                 has = np.isfinite(m).all(axis=1)
                 shape[has] = m[has]
-        rb = {
-            "data_type": np.full(n, None, dtype=object),
+        values: dict[str, np.ndarray] = {
+            "dtype": np.full(n, None, dtype=object),
+            "unit": np.full(n, None, dtype=object),
             "nodata": np.full(n, np.nan),
             "scale": np.full(n, np.nan),
             "offset": np.full(n, np.nan),
         }
-        for src in (item_level("raster:bands"), get("raster:bands")):
-            if src is None:
-                continue
-            ok, first, at = _first_struct(src)
-            names = {first.type.field(i).name for i in range(first.type.num_fields)}
-            for name in names & set(rb):
-                v = pc.struct_field(first, [name])
-                vals = (_strings(v) if name == "data_type" else _f8(v))[at]
-                has = vals != None if name == "data_type" else ~np.isnan(vals)  # noqa: E711
-                idx = np.flatnonzero(ok)[has]
-                rb[name][idx] = vals[has]
+        # In priority order, each filling only what is still unknown: the asset's bands[k] and the asset
+        # (STAC 1.1), its raster:bands[k] (1.0), then the same at the item level.
+        for level in (get, item_level):
+            for holder, new in ((level("bands"), True), (None, True), (level("raster:bands"), False)):
+                for column, (name11, name10) in BAND_FIELDS.items():
+                    name = name11 if new else name10
+                    if holder is None:  # the asset (or item) itself
+                        src = level(name) if new else None
+                        if src is not None:
+                            _fill(values[column], np.ones(n, bool), src, np.arange(n), column)
+                        continue
+                    ok, structs_k, at = _nth_struct(holder, k)
+                    sub_names = {structs_k.type.field(i).name for i in range(structs_k.type.num_fields)}
+                    if name in sub_names:
+                        _fill(values[column], ok, pc.struct_field(structs_k, [name]), at, column)
         size = np.nan_to_num(_f8(get("file:size")), nan=0) if get("file:size") is not None else np.zeros(n)
         href_col = pc.struct_field(sub, ["href"]) if "href" in fields else pa.nulls(n, pa.string())
+        if alternate and "alternate" in fields:
+            alt = get("alternate")
+            alt_names = {alt.type.field(i).name for i in range(alt.type.num_fields)}
+            if alternate in alt_names:
+                alt_href = pc.struct_field(pc.struct_field(alt, [alternate]), ["href"])
+                href_col = pc.coalesce(alt_href, href_col)
         urls = pc.and_(pc.match_substring(href_col, "://"), pc.invert(pc.starts_with(href_col, "file://")))
         all_urls = pc.all(pc.filter(urls, _mask(~bad))).as_py() is not False
         hrefs = np.empty(len(good), dtype=object)
@@ -299,23 +343,73 @@ def asset_rows_from_arrow(
         part = {
             "href": hrefs,
             "band": np.full(len(good), band, dtype=object),
+            "bidx": np.full(len(good), k, dtype=np.int64),
             "item": ids[good],
+            "collection": np.array([c or "" for c in collection[good]], dtype=object),
             "time": times[good],
             "lon": lon[good],
             "crs": crs[good],
-            **{c: affine[good, j] for j, c in enumerate(_AFFINE)},
+            **{c: affine[good, j] for j, c in enumerate(AFFINE)},
             "height": np.nan_to_num(shape[good, 0], nan=-1).astype(np.int64),
             "width": np.nan_to_num(shape[good, 1], nan=-1).astype(np.int64),
-            "dtype": rb["data_type"][good],
-            "nodata": rb["nodata"][good],
-            "scale": rb["scale"][good],
-            "offset": rb["offset"][good],
+            **{c: v[good] for c, v in values.items()},
             "size": size[good].astype(np.int64),
+            "categorical": np.full(len(good), categorical),
         }
         parts.append(part)
     if not parts:
         return {c: np.empty(0) for c in ASSET_COLUMNS}
     return {c: np.concatenate([p[c] for p in parts]) for c in ASSET_COLUMNS}
+
+
+def _first_asset(sub: Any) -> dict[str, Any] | None:
+    """The first non-null asset of a column, as a dict (to resolve a band selector and classification)."""
+    import pyarrow.compute as pc
+
+    present = pc.filter(sub, pc.is_valid(sub))
+    if not len(present):
+        return None
+    first = present.slice(0, 1).to_pylist()[0]
+    return {k: v for k, v in first.items() if v is not None}
+
+
+def _fill_text(out: np.ndarray, src: Any, epsg: bool) -> None:
+    """CRS strings from a column into ``out`` where the column has them (integers as ``EPSG:n``)."""
+    import pyarrow as pa
+
+    if src is None:
+        return
+    if pa.types.is_integer(src.type) or (epsg and pa.types.is_floating(src.type)):
+        codes = _f8(src)
+        has = ~np.isnan(codes)
+        out[has] = [f"EPSG:{int(c)}" for c in codes[has]]
+    elif pa.types.is_string(src.type) or pa.types.is_large_string(src.type):
+        vals = _strings(src)
+        has = vals != None  # noqa: E711 - element-wise
+        out[has] = vals[has]
+
+
+def _fill(out: np.ndarray, ok: np.ndarray, src: Any, at: np.ndarray, column: str) -> None:
+    """Where ``out`` is still unknown, the values of ``src`` (at ``at``) for the rows ``ok`` selects."""
+    import pyarrow as pa
+
+    if pa.types.is_null(src.type):
+        return
+    text = column in ("dtype", "unit")
+    if text and not (pa.types.is_string(src.type) or pa.types.is_large_string(src.type)):
+        return
+    if not text and not (pa.types.is_integer(src.type) or pa.types.is_floating(src.type)):
+        if pa.types.is_string(src.type):  # nodata written as "nan"
+            import pyarrow.compute as pc
+
+            src = pc.cast(pc.replace_substring(src, "nan", "NaN"), pa.float64())
+        else:
+            return
+    vals = (_strings(src) if text else _f8(src))[at]
+    has = vals != None if text else ~np.isnan(vals)  # noqa: E711
+    idx = np.flatnonzero(ok)[has]
+    unknown = (out[idx] == None) if text else np.isnan(out[idx])  # noqa: E711
+    out[idx[unknown]] = vals[has][unknown]
 
 
 def write_geoparquet(items: list[dict[str, Any]], path: str) -> str:

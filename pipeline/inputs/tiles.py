@@ -1,5 +1,5 @@
 """The tile table: one row per input tile (path, band, date, CRS, transform, shape, dtype, nodata,
-blocks, overviews), NumPy columns, and the catalog that carries it with what was skipped."""
+blocks, overview sizes), NumPy columns, and the catalog that carries it with what was skipped."""
 
 from __future__ import annotations
 
@@ -27,25 +27,27 @@ HEADER_COLUMNS = [
     "file_nodata",
     "block_x",
     "block_y",
-    "overviews",
+    "overview_sizes",
 ]
 
 
 INDEX_COLUMNS = ["path", *HEADER_COLUMNS, "tag_date", "size", "mtime", "etag"]
 
 
-TABLE_COLUMNS = ["path", "band", "tile", "date", *HEADER_COLUMNS, "size", "mtime", "nodata"]
+TABLE_COLUMNS = ["path", "bidx", "band", "tile", "date", *HEADER_COLUMNS, "size", "mtime", "nodata", "nodata_from"]
+"""The tile table a run plans from. ``bidx``: the file's band (1-based); ``nodata``: the value used,
+``nodata_from`` where it came from (``stac``, ``file``, ``config``; empty: none)."""
 
 
 _FLOAT_COLUMNS = {"a", "b", "c", "d", "e", "f", "xmin", "ymin", "xmax", "ymax", "file_nodata", "nodata"}
 
 
-_INT_COLUMNS = {"width", "height", "block_x", "block_y", "size", "mtime"}
+_INT_COLUMNS = {"width", "height", "block_x", "block_y", "size", "mtime", "bidx"}
 
 
 def _column(name: str, values: Iterable[Any]) -> np.ndarray:
     """One column as its NumPy type: float64, int64, datetime64[ns] (``date``), else objects (strings,
-    None, and the ``overviews`` lists, one per cell)."""
+    None, and the ``overview_sizes`` lists, one per cell)."""
     values = list(values)
     if name in _FLOAT_COLUMNS:
         return np.array([np.nan if v is None else v for v in values], dtype="f8")
@@ -54,7 +56,7 @@ def _column(name: str, values: Iterable[Any]) -> np.ndarray:
     if name == "date":
         return np.array(values, dtype="datetime64[ns]")
     out = np.empty(len(values), dtype=object)  # filled, not np.array(...): equal-length lists stay cells
-    out[:] = [[int(f) for f in v] for v in values] if name == "overviews" else values
+    out[:] = [[int(f) for f in v] for v in values] if name == "overview_sizes" else values
     return out
 
 
@@ -155,7 +157,9 @@ class Catalog:
     """Files matched but unusable: ``{path, error}``."""
     headers_read: int = 0
     """How many file headers were opened this time (the rest came from the index)."""
-    band_attrs: dict[str, dict[str, float]] = field(default_factory=dict)
-    """Extra attributes per output band (STAC ``raster:bands`` scale/offset as CF ``scale_factor``/``add_offset``)."""
+    band_attrs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Extra attributes per output band: STAC scale/offset as CF ``scale_factor``/``add_offset``, ``units``."""
+    categorical: frozenset[str] = frozenset()
+    """Bands whose STAC metadata marks them as classes or bit flags (``classification:*``)."""
     network: dict[str, Any] | None = None
     """What the header reads cost on the network (:func:`pipeline.inputs.netstats.take`); None: all local."""

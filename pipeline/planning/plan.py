@@ -35,8 +35,8 @@ from pipeline.planning.windows import (  # noqa: F401 - OVERVIEW_METHODS, OVERVI
     compute_levels,
     distinct_rows,
     expand_classes,
-    factor_matrix,
     level_transforms,
+    size_matrix,
     stable_order,
 )
 
@@ -367,9 +367,9 @@ def compute_plan(
     band_index = {b.name: i for i, b in enumerate(bands)}
     times = np.unique(tiles["date"])
 
-    factors = factor_matrix(tiles)
-    levels = compute_levels(tiles, crs, res_xy, resampling, factors)
-    aff, lw, lh = level_transforms(tiles, levels, factors)
+    sizes = size_matrix(tiles)
+    levels = compute_levels(tiles, crs, res_xy, resampling, sizes)
+    aff, lw, lh = level_transforms(tiles, levels, sizes)
 
     # (tile, chunk) pairs and their windows, computed for one tile of each geometry class (CRS, bounds,
     # level transform and size: the same band on several dates) and copied to the class's other tiles.

@@ -78,12 +78,25 @@ def compute_footprints(tiles: TileTable, dst_crs: str) -> np.ndarray:
 
 
 def compute_levels(
-    tiles: TileTable, grid_crs: str, res_xy: tuple[float, float], method: str, factors: np.ndarray | None = None
+    tiles: TileTable,
+    grid_crs: str,
+    res_xy: tuple[float, float],
+    method: str | np.ndarray,
+    sizes: np.ndarray | None = None,
 ) -> np.ndarray:
     """Overview level per tile: the coarsest not coarser than the target pixel (-1: full resolution).
-    ``factors``: :func:`factor_matrix` of ``tiles``, where the caller has it."""
+
+    ``method``: one method for every tile, or one per tile (per-band resampling); only blending methods
+    read overviews. ``sizes``: :func:`size_matrix` of ``tiles``, where the caller has it. A level's pixel
+    is the file's pixel times the full size over the level's size, as GDAL georeferences an overview,
+    from the sizes the file declares (GDAL's COG driver rounds them down, ``gdaladdo`` up)."""
     levels = np.full(len(tiles), -1, dtype=np.int64)
-    if method not in OVERVIEW_METHODS:
+    blends = (
+        np.isin(np.asarray(method, dtype=object), list(OVERVIEW_METHODS))
+        if isinstance(method, np.ndarray)
+        else np.full(len(tiles), method in OVERVIEW_METHODS)
+    )
+    if not blends.any():
         return levels
     a = tiles["a"].astype("f8")
     e = tiles["e"].astype("f8")
@@ -106,19 +119,19 @@ def compute_levels(
     target_src = math.sqrt(res_xy[0] * res_xy[1]) / scale
     src_res = np.sqrt(np.abs(a * e))
     width, height = tiles["width"].astype("f8"), tiles["height"].astype("f8")
-    factors = factor_matrix(tiles) if factors is None else factors
-    for lvl in range(factors.shape[1]):
-        f = factors[:, lvl]
-        has = f > 0
-        fs = np.where(has, f, 1)
-        ovr_res = src_res * np.sqrt((width / np.ceil(width / fs)) * (height / np.ceil(height / fs)))
+    sizes = size_matrix(tiles) if sizes is None else sizes
+    for lvl in range(sizes.shape[1]):
+        ow, oh = sizes[:, lvl, 0], sizes[:, lvl, 1]
+        has = (ow > 0) & (oh > 0) & blends
+        ovr_res = src_res * np.sqrt((width / np.where(has, ow, 1)) * (height / np.where(has, oh, 1)))
         levels[has & (ovr_res <= target_src * OVERVIEW_TOLERANCE)] = lvl
     return levels
 
 
-def factor_matrix(tiles: TileTable) -> np.ndarray:
-    """Overview factors as a (tiles, max levels) int matrix, 0 where a tile has fewer levels."""
-    lists = tiles["overviews"].tolist()
+def size_matrix(tiles: TileTable) -> np.ndarray:
+    """Overview sizes as a (tiles, max levels, 2) int matrix of (width, height), 0 where a tile has fewer
+    levels. The ``overview_sizes`` column holds each tile's flat [w0, h0, w1, h1, ...]."""
+    lists = tiles["overview_sizes"].tolist()
     lengths = np.fromiter(map(len, lists), np.int64, len(lists))
     depth = int(lengths.max(initial=0))
     out = np.zeros((len(lists), depth), dtype=np.int64)
@@ -126,21 +139,21 @@ def factor_matrix(tiles: TileTable) -> np.ndarray:
         flat = np.fromiter(itertools.chain.from_iterable(lists), np.int64, int(lengths.sum()))
         row = np.repeat(np.arange(len(lists)), lengths)
         out[row, np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)] = flat
-    return out
+    return out.reshape(len(lists), depth // 2, 2)
 
 
 def level_transforms(
-    tiles: TileTable, levels: np.ndarray, factors: np.ndarray | None = None
+    tiles: TileTable, levels: np.ndarray, sizes: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per tile at its level: affine (N, 6), width and height (GDAL's ceil(size / factor))."""
+    """Per tile at its level: affine (N, 6), width and height, the level's size as the file declares it
+    and its transform as GDAL derives it (the pixel scaled by full size over level size)."""
     aff = np.column_stack([tiles[c] for c in ("a", "b", "c", "d", "e", "f")]).astype("f8")
     width = tiles["width"].astype(np.int64)
     height = tiles["height"].astype(np.int64)
-    factors = factor_matrix(tiles) if factors is None else factors
-    f = np.ones(len(tiles), dtype=np.int64)
-    sel = levels >= 0
-    f[sel] = factors[np.flatnonzero(sel), levels[sel]]
-    lw, lh = -(-width // f), -(-height // f)
+    sizes = size_matrix(tiles) if sizes is None else sizes
+    lw, lh = width.copy(), height.copy()
+    sel = np.flatnonzero(levels >= 0)
+    lw[sel], lh[sel] = sizes[sel, levels[sel], 0], sizes[sel, levels[sel], 1]
     aff[:, 0] *= width / lw
     aff[:, 4] *= height / lh
     return aff, lw, lh

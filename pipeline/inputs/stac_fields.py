@@ -1,0 +1,251 @@
+"""The STAC rules, pure: which assets are rasters, which band of an asset a config names, where each
+field is found in STAC 1.0 and 1.1 items, time steps and hrefs. Both readers (item dicts in
+:mod:`pipeline.inputs.stac`, stac-geoparquet in :mod:`pipeline.inputs.stac_parquet`) apply them, so an
+item gives the same row whichever way it was read.
+
+Where a field is looked for, first found wins (odc-stac's order):
+
+=========  ==========================================  =========================  ========================
+field      STAC 1.1 ``bands[k]``, then the asset        STAC 1.0 ``raster:bands``  item properties
+=========  ==========================================  =========================  ========================
+nodata     ``nodata``                                   ``nodata``                 the same names
+data_type  ``data_type``                                ``data_type``
+scale      ``raster:scale``                             ``scale``
+offset     ``raster:offset``                            ``offset``
+unit       ``unit``                                     ``unit``
+=========  ==========================================  =========================  ========================
+
+The CRS is ``proj:code`` (``EPSG:32632``), else ``proj:epsg``, else ``proj:wkt2``; any of them may be
+null. ``proj:transform`` has 6 or 9 values (the first 6 are the affine); ``proj:shape`` is [rows, cols];
+each on the asset or the item.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urljoin
+
+import numpy as np
+
+from pipeline.config import is_url
+
+GROUPBY = ("solar_day", "time", "none")
+RASTER_TYPES = ("image/tiff", "image/vnd.stac.geotiff", "image/jp2", "application/x-hdf")
+NOT_DATA_ROLES = {"thumbnail", "overview", "metadata", "visual"}
+AFFINE = ("a", "b", "c", "d", "e", "f")
+BAND_FIELDS = {  # column: (STAC 1.1 name in bands[k] or on the asset, STAC 1.0 name in raster:bands[k])
+    "nodata": ("nodata", "nodata"),
+    "dtype": ("data_type", "data_type"),
+    "scale": ("raster:scale", "scale"),
+    "offset": ("raster:offset", "offset"),
+    "unit": ("unit", "unit"),
+}
+CLASSIFICATION = ("classification:classes", "classification:bitfields")
+ASSET_COLUMNS = [
+    "href",
+    "band",
+    "bidx",
+    "item",
+    "collection",
+    "time",
+    "lon",
+    "crs",
+    *AFFINE,
+    "width",
+    "height",
+    "dtype",
+    "nodata",
+    "scale",
+    "offset",
+    "unit",
+    "size",
+    "categorical",
+]
+"""The asset table both readers produce: one row per (item, band); unknown numbers NaN (``width``/
+``height``: -1; ``size``: 0), unknown strings None. ``bidx``: the band of the asset (1-based);
+``categorical``: the band has STAC ``classification:classes`` or ``bitfields``."""
+
+
+def band_entries(asset: dict[str, Any]) -> list[dict[str, Any]]:
+    """The asset's per-band entries: STAC 1.1 ``bands``, else 1.0 ``raster:bands``, else ``eo:bands``."""
+    for key in ("bands", "raster:bands", "eo:bands"):
+        value = asset.get(key)
+        if isinstance(value, list) and value:
+            return [v if isinstance(v, dict) else {} for v in value]
+    return []
+
+
+def is_raster_asset(asset: dict[str, Any]) -> bool:
+    """A data raster: a raster media type or raster/proj fields, and no thumbnail, overview, metadata or
+    visual (a rendered RGB picture) role."""
+    if NOT_DATA_ROLES & set(asset.get("roles") or ()):
+        return False
+    kind = str(asset.get("type") or "")
+    return kind.startswith(RASTER_TYPES) or any(k in asset for k in ("raster:bands", "bands", "proj:shape"))
+
+
+def band_count(asset: dict[str, Any]) -> int:
+    """How many bands the asset declares (1 where it declares none)."""
+    return max(len(asset.get("bands") or ()), len(asset.get("raster:bands") or ()), len(asset.get("eo:bands") or ()), 1)
+
+
+def split_asset_key(wanted: str, keys: Any) -> tuple[str, str | None]:
+    """An ``inputs.assets`` value as (asset key, band selector): ``visual`` is that asset's only band;
+    ``visual.2`` its second band and ``visual.red`` the band named (or common-named) ``red``, unless the
+    whole value is itself an asset key."""
+    if wanted in keys or "." not in wanted:
+        return wanted, None
+    key, _, selector = wanted.rpartition(".")
+    return key, selector
+
+
+def band_index(asset: dict[str, Any], selector: str | None) -> int | None:
+    """The 1-based band of ``asset`` that ``selector`` names (None: the first), or None where it has no
+    such band."""
+    if selector is None:
+        return 1
+    n = band_count(asset)
+    if selector.isdigit():
+        k = int(selector)
+        return k if 1 <= k <= n else None
+    for key in ("bands", "eo:bands", "raster:bands"):
+        for k, entry in enumerate(asset.get(key) or (), start=1):
+            if isinstance(entry, dict) and selector in (
+                entry.get("name"),
+                entry.get("eo:common_name"),
+                entry.get("common_name"),
+            ):
+                return k
+    return None
+
+
+def band_field(asset: dict[str, Any], props: dict[str, Any], k: int, column: str) -> Any:
+    """Field ``column`` (a key of :data:`BAND_FIELDS`) of band ``k`` (1-based) of ``asset``, looked for
+    in the documented order; None where no level has it."""
+    new, old = BAND_FIELDS[column]
+    for holder, name in (
+        (_nth(asset.get("bands"), k), new),
+        (asset, new),
+        (_nth(asset.get("raster:bands"), k), old),
+        (_nth(props.get("bands"), k), new),
+        (props, new),
+        (_nth(props.get("raster:bands"), k), old),
+    ):
+        if holder is not None and holder.get(name) is not None:
+            return holder[name]
+    return None
+
+
+def is_categorical(asset: dict[str, Any], k: int) -> bool:
+    """Band ``k`` carries STAC classification classes or bitfields (a class or QA band)."""
+    return any(name in holder for holder in (asset, _nth(asset.get("bands"), k) or {}) for name in CLASSIFICATION)
+
+
+def _nth(entries: Any, k: int) -> dict[str, Any] | None:
+    if isinstance(entries, list) and len(entries) >= k and isinstance(entries[k - 1], dict):
+        return entries[k - 1]
+    return None
+
+
+def crs_of(asset: dict[str, Any], props: dict[str, Any]) -> str | None:
+    """The CRS the projection extension gives, or None: ``proj:code`` (the asset's, then the item's),
+    else ``proj:epsg``, else ``proj:wkt2``; a null value counts as absent."""
+    for name in ("proj:code", "proj:epsg", "proj:wkt2"):
+        for holder in (asset, props):
+            value = holder.get(name)
+            if value is None or value == "":
+                continue
+            return f"EPSG:{int(value)}" if name == "proj:epsg" else str(value)
+    return None
+
+
+def proj_field(asset: dict[str, Any], props: dict[str, Any], name: str) -> Any:
+    """A projection field (``proj:transform``, ``proj:shape``) of the asset, else of the item; None."""
+    value = asset.get(name)
+    return props.get(name) if value is None else value
+
+
+def number(value: Any) -> float:
+    """A STAC number (or ``"nan"``/``"inf"`` strings, as nodata is often written) as float; NaN for None."""
+    try:
+        return float("nan") if value is None else float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def parse_time(props: dict[str, Any]) -> np.datetime64:
+    """The item's ``datetime`` (else ``start_datetime``) as UTC datetime64[ns]."""
+    text = props.get("datetime") or props.get("start_datetime")
+    if not text:
+        raise ValueError("has no datetime or start_datetime")
+    t = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    if t.tzinfo is not None:
+        t = t.astimezone(UTC).replace(tzinfo=None)
+    return np.datetime64(t, "ns")
+
+
+def compute_solar_day(times: np.ndarray, lon: np.ndarray) -> np.ndarray:
+    """odc-stac's solar day: the date part of UTC ``times`` + ``lon``/15 hours (datetime64[D])."""
+    shift = np.round(np.asarray(lon, dtype="f8") * 240e9).astype(np.int64).astype("timedelta64[ns]")
+    return (np.asarray(times, dtype="datetime64[ns]") + shift).astype("datetime64[D]")
+
+
+def compute_time_steps(times: np.ndarray, lon: np.ndarray, groupby: str) -> np.ndarray:
+    """Each asset's time step (datetime64[ns]), labelled as odc-stac labels them: ``solar_day`` groups
+    by solar day and labels each group by its earliest item time (by the day at 00:00 in the rare case
+    where two days' earliest items share one time); ``time`` keeps the exact times;
+    ``none`` makes one step at the earliest time."""
+    times = np.asarray(times, dtype="datetime64[ns]")
+    if groupby == "solar_day":
+        days = compute_solar_day(times, lon)
+        distinct, group = np.unique(days, return_inverse=True)
+        first = np.full(len(distinct), np.datetime64("NaT"), dtype="datetime64[ns]")
+        order = np.argsort(times, kind="stable")[::-1]  # latest first, so the earliest is written last
+        first[group.reshape(-1)[order]] = times[order]
+        labels, counts = np.unique(first, return_counts=True)
+        shared = np.isin(first, labels[counts > 1])  # two days whose earliest items share a time
+        first[shared] = distinct[shared].astype("datetime64[ns]")
+        return first[group.reshape(-1)]
+    if groupby == "time":
+        return times
+    if groupby == "none":
+        return np.full(len(times), times.min() if len(times) else np.datetime64(0, "ns"), dtype="datetime64[ns]")
+    raise ValueError(f"groupby must be one of {GROUPBY}, not {groupby!r}")
+
+
+def resolve_href(href: str, base: str | None, fallback: str | None = None) -> str:
+    """An asset href as the readers take it: URLs kept, ``file://`` stripped, relative ones joined to
+    ``base`` (the item's ``self`` link, else the document it came from), local paths made absolute.
+
+    ``fallback``: the document the item was read from. Where ``base`` is a ``self`` link to a local
+    path that does not exist (an item copied from elsewhere, its links left as they were), a relative
+    href is joined to ``fallback`` instead."""
+    if href.startswith("file://"):
+        href = href[len("file://") :]
+    if is_url(href):
+        return href
+    if os.path.isabs(href):
+        return os.path.normpath(href)
+    if base and fallback and base != fallback and not is_url(base):
+        local = base[len("file://") :] if base.startswith("file://") else base
+        if not os.path.exists(local):
+            base = fallback
+    if base:
+        if is_url(base) and not base.startswith("file://"):
+            return urljoin(base, href)
+        base = base[len("file://") :] if base.startswith("file://") else base
+        href = os.path.join(os.path.dirname(base), href)
+    return os.path.normpath(os.path.abspath(href))
+
+
+def asset_href(asset: dict[str, Any], alternate: str | None) -> str | None:
+    """The asset's href, or its ``alternate`` one of that name (e.g. ``s3`` against an ``https`` href)
+    where the asset has it."""
+    if alternate:
+        alt = (asset.get("alternate") or {}).get(alternate) or {}
+        if alt.get("href"):
+            return str(alt["href"])
+    href = asset.get("href")
+    return None if href is None else str(href)
