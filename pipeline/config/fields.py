@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -144,6 +144,19 @@ def as_assets(value: Any) -> Any:
     if not isinstance(value, dict) or not value:
         raise ValueError(f"must be null or a mapping {{band name: asset key}}, got {value!r}")
     return {str(k): v for k, v in value.items()}
+
+
+def as_resampling(value: Any) -> Any:
+    """``resampling``: one method, or {band: method} with ``"*"`` for every other band (odc-stac's form)."""
+    methods = get_args(Resampling)
+    if isinstance(value, str) and value in methods:
+        return value
+    if isinstance(value, dict) and value and all(isinstance(k, (str, int)) for k in value):
+        bad = {k: v for k, v in value.items() if v not in methods}
+        if not bad:
+            return {str(k): v for k, v in value.items()}
+        raise ValueError(f"per-band methods must be one of {' | '.join(methods)}; got {bad}")
+    raise ValueError(f'must be one of {" | ".join(methods)}, or per band {{"*": average, SCL: mode}}; got {value!r}')
 
 
 def as_gdal_env(value: Any) -> Any:

@@ -56,6 +56,7 @@ from pipeline.config.fields import (
     as_endpoint,
     as_gdal_env,
     as_paths,
+    as_resampling,
     as_resolution,
     as_scheduler,
     auto_none,
@@ -323,8 +324,14 @@ class Config(Section):
     storage: StorageConfig = Field(default_factory=lambda: StorageConfig(), description=StorageConfig.__doc__)
     inputs: InputsConfig = Field(description=InputsConfig.__doc__)
     grid: GridConfig = Field(description=GridConfig.__doc__)
-    resampling: Resampling = Field(
-        "average", description="nearest | bilinear | cubic | average | mode | min | max | median."
+    resampling: Annotated[
+        Resampling | dict[str, Resampling],
+        BeforeValidator(as_resampling, json_schema_input_type=Resampling | dict[str, Resampling]),
+    ] = Field(
+        "average",
+        description="nearest | bilinear | cubic | average | mode | min | max | median; or per band, as odc-stac "
+        'takes it: {"*": average, SCL: mode} ("*": every other band; default average). A band STAC marks as '
+        "classes or bit flags (classification:*) and not named here takes mode where the rest blend.",
     )
     resampling_engine: Engine = Field(
         "auto", description="auto / kernels: the project's array kernels; gdal: GDAL's warper, for comparison."
@@ -385,6 +392,24 @@ class Config(Section):
         assert self.report.path is not None  # filled in from output.path by validation
         return self.report.path
 
+    @property
+    def default_resampling(self) -> str:
+        """The method of bands ``resampling`` does not name (its ``"*"``; ``average`` where it has none)."""
+        if isinstance(self.resampling, str):
+            return self.resampling
+        return self.resampling.get("*", "average")
+
+    @model_validator(mode="after")
+    def _resampling_bands(self) -> Config:
+        if isinstance(self.resampling, dict):
+            listed = self.inputs.bands
+            unknown = [b for b in self.resampling if b != "*" and listed is not None and b not in listed]
+            if unknown:
+                raise ConfigError(
+                    "resampling", f"names band(s) {unknown} that inputs.bands {list(listed or ())} leaves out"
+                )
+        return self
+
     def output_settings(self) -> dict[str, Any]:
         """Every setting that changes the cube's bytes (not how it is computed), flat and dotted. Its keys and
         values are what stores record: a resumed run compares them (and :meth:`output_hash`)."""
@@ -400,7 +425,6 @@ class Config(Section):
             "inputs.stac_search": None if i.stac_search is None else dict(i.stac_search),
             "inputs.assets": i.assets,
             "inputs.groupby": i.groupby,
-            "inputs.alternate": i.alternate,
             "inputs.gdal_env": i.gdal_env,
             "grid.crs": g.crs,
             "grid.resolution": list(g.resolution),
@@ -409,10 +433,12 @@ class Config(Section):
             "output.codec": o.codec,
             "output.level": o.level,
             "output.shards_yx": None if o.shards_yx is None else list(o.shards_yx),
-            "resampling": self.resampling,
+            "resampling": self.resampling if isinstance(self.resampling, str) else dict(self.resampling),
             "resampling_engine": self.resampling_engine,
             "fuse": self.fuse,
         }
+        if i.alternate is not None:  # only where set: the hashes of stores written without the key stay
+            flat["inputs.alternate"] = i.alternate
         return json.loads(json.dumps(flat, sort_keys=True, default=str))
 
     def output_hash(self) -> str:

@@ -83,6 +83,7 @@ def plan_run(config: Config, clock: StageClock | None = None) -> tuple[Any, Plan
             key_prefix=f"pipeline-{config.output_hash()}",
             band_attrs=catalog.band_attrs,
             shards_yx=config.output.shards_yx,
+            categorical=catalog.categorical,
         )
     return catalog, plan
 

@@ -211,7 +211,7 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
                 offset_transform(dst_transform, dr, dc),
                 ctx.grid_crs,
                 band.nodata,
-                ctx.resampling,
+                band.resampling,
                 ctx.engine,
                 device,
                 span,

@@ -163,7 +163,8 @@ def geometry_mismatch(ds: Any, src: SourceWindow) -> str | None:
 
 
 def read_window(src: SourceWindow) -> np.ndarray:
-    """Read ``src.window`` of band 1 at ``src.overview_level``; raise TileReadError naming file and window."""
+    """Read ``src.window`` of band ``src.band_index`` at ``src.overview_level``; raise TileReadError naming
+    file and window."""
     from rasterio.windows import Window
 
     r0, c0, h, w = src.window
@@ -178,7 +179,7 @@ def read_window(src: SourceWindow) -> np.ndarray:
         problem = geometry_mismatch(ds, src)
         if problem:
             raise TileReadError(src.path, f"{problem} ({where})")
-        data = ds.read(1, window=Window(c0, r0, w, h))
+        data = ds.read(src.band_index, window=Window(c0, r0, w, h))
         if remote:
             netstats.record_read(time.perf_counter() - t_start, _block_bytes(ds, r0, c0, h, w))
     except TileReadError:

@@ -16,7 +16,7 @@ import math
 import os
 import pickle
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
@@ -64,6 +64,8 @@ class SourceWindow:
     dst_window: tuple[int, int, int, int] | None = None
     """(row_off, col_off, height, width) of the chunk that the tile's footprint covers (plus a pixel);
     only this part is resampled. None: the whole chunk."""
+    band_index: int = 1
+    """The file's band to read (1-based): a STAC multi-band asset's chosen band."""
 
 
 @dataclass(frozen=True)
@@ -97,16 +99,16 @@ class Partition:
     cost_bytes: int
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        files: dict[tuple[str, int], int] = {}
-        file_rows: list[tuple[str, int, str, float, float, float, float, float]] = []
+        files: dict[tuple[str, int, int], int] = {}
+        file_rows: list[tuple[str, int, str, float, float, float, float, float, int]] = []
         bands: dict[str, int] = {}
         src_file, src_win, src_cf, src_dst, job_rows, job_cost = [], [], [], [], [], []
         for j in self.jobs:
             for w in j.sources:
-                k = files.setdefault((w.path, w.overview_level), len(files))
+                k = files.setdefault((w.path, w.overview_level, w.band_index), len(files))
                 if k == len(file_rows):
                     t = w.transform
-                    file_rows.append((w.path, w.overview_level, w.crs, w.nodata, t[0], t[1], t[3], t[4]))
+                    file_rows.append((w.path, w.overview_level, w.crs, w.nodata, t[0], t[1], t[3], t[4], w.band_index))
                 src_file.append(k)
                 src_win.append(w.window)
                 src_cf.append((w.transform[2], w.transform[5]))
@@ -138,7 +140,7 @@ def _unpack_partition(
         b, t, cy, cx, r0, c0, h, w, n = row
         sources = []
         for k in range(s, s + n):
-            path, level, crs, nodata, a, bb, d, e = file_rows[int(src_file[k])]
+            path, level, crs, nodata, a, bb, d, e, bidx = file_rows[int(src_file[k])]
             c, f = (float(v) for v in src_cf[k])
             wr, wc, wh, ww = (int(v) for v in src_win[k])
             dr, dc, dh, dw = (int(v) for v in src_dst[k])
@@ -151,6 +153,7 @@ def _unpack_partition(
                     crs=crs,
                     nodata=nodata,
                     dst_window=None if dh < 0 else (dr, dc, dh, dw),
+                    band_index=bidx,
                 )
             )
         s += n
@@ -170,8 +173,10 @@ class BandSpec:
     dtype: str
     nodata: float
     """Output fill value: the inputs' nodata, else 0 for integers and NaN for floats."""
-    attrs: tuple[tuple[str, float], ...] = ()
-    """Extra array attributes, e.g. CF ``scale_factor``/``add_offset`` from STAC ``raster:bands``."""
+    attrs: tuple[tuple[str, Any], ...] = ()
+    """Extra array attributes, e.g. CF ``scale_factor``/``add_offset``/``units`` from STAC."""
+    resampling: str = "average"
+    """This band's resampling method."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +184,8 @@ class PlanTables:
     """The plan in columns: tiles, (tile, chunk) windows, chunk jobs, partitions (offsets)."""
 
     paths: np.ndarray
+    bidx: np.ndarray
+    """The band of each tile's file to read (1-based)."""
     crs: np.ndarray
     nodata: np.ndarray
     levels: np.ndarray
@@ -274,6 +281,7 @@ class Partitions(Sequence[Partition]):
                     crs=t.crs[i],
                     nodata=float(t.nodata[i]),
                     dst_window=self._covered(window, t.footprints[i]),
+                    band_index=int(t.bidx[i]),
                 )
             )
         return ChunkJob(
@@ -296,6 +304,7 @@ class Plan:
     times: tuple[str, ...]
     """ISO dates of the time axis, ascending."""
     resampling: str
+    """The default method; each band's is in ``bands``."""
     fuse: str
     partitions: Partitions
     """One task each; built lazily from ``tables``."""
@@ -313,11 +322,36 @@ class Plan:
     """Tiles read at each overview level ("full", "overview 0", ...)."""
 
 
+def compute_band_methods(
+    names: Sequence[str], resampling: str | Mapping[str, str], categorical: frozenset[str] = frozenset()
+) -> dict[str, str]:
+    """Each band's resampling method: the one ``resampling`` names for it, else its ``"*"`` (``average``
+    where a mapping has none); a ``categorical`` band (STAC classification) that is not named takes
+    ``mode`` where that default blends values, since an average of classes or bit flags is meaningless."""
+    if isinstance(resampling, str):
+        named: Mapping[str, str] = {}
+        default = resampling
+    else:
+        named, default = resampling, resampling.get("*", "average")
+    out = {}
+    for name in names:
+        if name in named:
+            out[name] = named[name]
+        elif name in categorical and default in OVERVIEW_METHODS:
+            out[name] = "mode"
+        else:
+            out[name] = default
+    return out
+
+
 def compute_band_specs(
-    tiles: TileTable, bands_order: tuple[str, ...] | None, band_attrs: dict[str, dict[str, float]] | None = None
+    tiles: TileTable,
+    bands_order: tuple[str, ...] | None,
+    band_attrs: dict[str, dict[str, Any]] | None = None,
+    methods: Mapping[str, str] | None = None,
 ) -> tuple[BandSpec, ...]:
-    """The output bands in config order (else sorted), each with its tiles' dtype and nodata and any extra
-    attributes."""
+    """The output bands in config order (else sorted), each with its tiles' dtype and nodata, any extra
+    attributes and its resampling method (``methods``; default ``average``)."""
     groups = tiles.groups("band")
     names = list(bands_order) if bands_order else sorted(groups)
     specs = []
@@ -331,7 +365,8 @@ def compute_band_specs(
         else:
             nodata = float("nan") if np.dtype(dtype).kind == "f" else 0.0
         attrs = tuple(sorted((band_attrs or {}).get(name, {}).items()))
-        specs.append(BandSpec(name=name, dtype=dtype, nodata=nodata, attrs=attrs))
+        method = (methods or {}).get(name, "average")
+        specs.append(BandSpec(name=name, dtype=dtype, nodata=nodata, attrs=attrs, resampling=method))
     return tuple(specs)
 
 
@@ -342,15 +377,19 @@ def compute_plan(
     res_xy: tuple[float, float],
     chunks_yx: tuple[int, int],
     bounds: tuple[float, float, float, float] | None,
-    resampling: str,
+    resampling: str | Mapping[str, str],
     fuse: str,
     partition_mb: float,
     bands_order: tuple[str, ...] | None = None,
     key_prefix: str = "pipeline",
-    band_attrs: dict[str, dict[str, float]] | None = None,
+    band_attrs: dict[str, dict[str, Any]] | None = None,
     shards_yx: tuple[int, int] | None = None,
+    categorical: frozenset[str] = frozenset(),
 ) -> Plan:
     """Plan the whole run. ``tiles`` is the catalog's table (sorted by path: the fuse order).
+
+    ``resampling``: one method, or per band (:func:`compute_band_methods`, with the ``categorical``
+    bands). Each tile's overview level and window padding follow its band's method.
 
     ``shards_yx``: the store's shard shape (multiples of ``chunks_yx``). Jobs are then ordered shard by
     shard and partitions hold whole shards, so no two tasks ever write one shard object."""
@@ -363,21 +402,25 @@ def compute_plan(
             float(np.nanmax(footprints[:, 3])),
         )
     grid = compute_grid(crs, res_xy, chunks_yx, bounds)
-    bands = compute_band_specs(tiles, bands_order, band_attrs)
+    band_names, band_code = tiles.codes("band")
+    methods = compute_band_methods(list(bands_order or band_names), resampling, categorical)
+    bands = compute_band_specs(tiles, bands_order, band_attrs, methods)
     band_index = {b.name: i for i, b in enumerate(bands)}
     times = np.unique(tiles["date"])
 
+    tile_method = np.array([methods.get(b, "average") for b in band_names], dtype=object)[band_code]
+    tile_pad = np.array([KERNEL_PAD[methods.get(b, "average")] for b in band_names], dtype=np.int64)[band_code]
     sizes = size_matrix(tiles)
-    levels = compute_levels(tiles, crs, res_xy, resampling, sizes)
+    levels = compute_levels(tiles, crs, res_xy, tile_method, sizes)
     aff, lw, lh = level_transforms(tiles, levels, sizes)
 
     # (tile, chunk) pairs and their windows, computed for one tile of each geometry class (CRS, bounds,
     # level transform and size: the same band on several dates) and copied to the class's other tiles.
     crs_names, crs_code = tiles.codes("crs")
     boxes = [tiles[c].astype("f8", copy=False) for c in ("xmin", "ymin", "xmax", "ymax")]
-    rep, tile_class = distinct_rows([crs_code, *boxes, *aff.T, lw, lh])
+    rep, tile_class = distinct_rows([crs_code, *boxes, *aff.T, lw, lh, tile_pad])
     class_of, cp_cy, cp_cx, cp_win = chunk_windows(
-        grid, footprints[rep], aff[rep], lw[rep], lh[rep], crs_code[rep], crs_names, KERNEL_PAD[resampling]
+        grid, footprints[rep], aff[rep], lw[rep], lh[rep], crs_code[rep], crs_names, tile_pad[rep]
     )
     tile_of, pair_cp = expand_classes(tile_class, class_of, len(rep))
 
@@ -389,7 +432,6 @@ def compute_plan(
     cys, cxs = np.divmod(np.arange(ny * nx), nx)
     chunk_rank = np.empty(ny * nx, dtype=np.int64)
     chunk_rank[np.lexsort((cxs, cys, cxs // per_shard[1], cys // per_shard[0]))] = np.arange(ny * nx)
-    band_names, band_code = tiles.codes("band")
     tile_band = np.array([band_index[b] for b in band_names], dtype=np.int64)[band_code]
     tile_t = np.searchsorted(times, tiles["date"])
     tile_tb = tile_t * len(bands) + tile_band  # (time, band) of each tile as one key
@@ -427,6 +469,7 @@ def compute_plan(
 
     tables = PlanTables(
         paths=paths,
+        bidx=tiles["bidx"].astype(np.int64) if "bidx" in tiles else np.ones(len(tiles), dtype=np.int64),
         crs=tiles["crs"].astype(object),
         nodata=tiles["nodata"].astype("f8"),
         levels=levels,
@@ -448,7 +491,7 @@ def compute_plan(
         grid=grid,
         bands=bands,
         times=tuple(str(np.datetime64(t, "s")) for t in times),
-        resampling=resampling,
+        resampling=resampling if isinstance(resampling, str) else resampling.get("*", "average"),
         fuse=fuse,
         partitions=Partitions(tables, grid, bands, key_prefix),
         tables=tables,

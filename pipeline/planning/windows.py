@@ -167,11 +167,11 @@ def chunk_windows(
     lh: np.ndarray,
     crs_code: np.ndarray,
     crs_names: list[str],
-    pad: int,
+    pad: int | np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every (tile, chunk) pair with a non-empty source window, in tile order and, within a tile, in
     row-major chunk order: (tile, chunk row, chunk column, window (pairs, 4): row0, col0, row1, col1 at
-    the tile's level, padded by ``pad`` and clipped to the tile). A tile's footprint in the grid CRS
+    the tile's level, padded by ``pad`` (one for all, or one per footprint) and clipped to the tile). A tile's footprint in the grid CRS
     gives the range of chunks it can touch (no chunks x tiles loop); the chunk's box in the tile's CRS
     gives the window."""
     a, _, c, _, e, f = grid.transform
@@ -207,11 +207,12 @@ def chunk_windows(
         boxes_src[needed] = transform_boxes(grid.crs, crs_names[code], chunk_boxes[needed], n=9)
         bx = boxes_src[pair_cy[sel] * nx + pair_cx[sel]]
         t = aff[tile_of[sel]]
+        pad_sel = pad if np.isscalar(pad) else np.asarray(pad)[tile_of[sel]]
         with np.errstate(invalid="ignore"):
-            col0 = np.floor((bx[:, 0] - t[:, 2]) / t[:, 0]) - pad
-            col1 = np.ceil((bx[:, 2] - t[:, 2]) / t[:, 0]) + pad
-            row0 = np.floor((bx[:, 3] - t[:, 5]) / t[:, 4]) - pad
-            row1 = np.ceil((bx[:, 1] - t[:, 5]) / t[:, 4]) + pad
+            col0 = np.floor((bx[:, 0] - t[:, 2]) / t[:, 0]) - pad_sel
+            col1 = np.ceil((bx[:, 2] - t[:, 2]) / t[:, 0]) + pad_sel
+            row0 = np.floor((bx[:, 3] - t[:, 5]) / t[:, 4]) - pad_sel
+            row1 = np.ceil((bx[:, 1] - t[:, 5]) / t[:, 4]) + pad_sel
         w_, h_ = lw[tile_of[sel]], lh[tile_of[sel]]
         win[sel, 0] = np.clip(np.nan_to_num(row0, nan=0), 0, h_)
         win[sel, 1] = np.clip(np.nan_to_num(col0, nan=0), 0, w_)

@@ -303,7 +303,7 @@ def create_store(
         "pipeline_config_hash": config_hash,
         "pipeline_settings": settings,
         "pipeline_version": __version__,
-        "resampling": plan.resampling,
+        "resampling": {b.name: b.resampling for b in plan.bands},
         "fuse": plan.fuse,
     }
     try:
