@@ -171,9 +171,9 @@ def chunk_windows(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every (tile, chunk) pair with a non-empty source window, in tile order and, within a tile, in
     row-major chunk order: (tile, chunk row, chunk column, window (pairs, 4): row0, col0, row1, col1 at
-    the tile's level, padded by ``pad`` (one for all, or one per footprint) and clipped to the tile). A tile's footprint in the grid CRS
-    gives the range of chunks it can touch (no chunks x tiles loop); the chunk's box in the tile's CRS
-    gives the window."""
+    the tile's level, padded by ``pad`` (one for all, or one per footprint) and clipped to the tile). A
+    tile's footprint in the grid CRS gives the range of chunks it can touch (no chunks x tiles loop); the
+    chunk's box in the tile's CRS gives the window."""
     a, _, c, _, e, f = grid.transform
     ch, cw = grid.chunks_yx
     ny, nx = grid.n_chunks_yx
