@@ -19,7 +19,7 @@ import numpy as np
 
 from pipeline import __version__
 from pipeline.config import Config, is_url
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, StoreError
 from pipeline.execute.device import (
     check_request,
     detect_gpu,
@@ -27,7 +27,7 @@ from pipeline.execute.device import (
 from pipeline.execute.schedulers import execute_tasks, threads_available
 from pipeline.execute.task import TaskContext, peak_rss_mb
 from pipeline.execute.workers import start_worker_server
-from pipeline.inputs.catalog import build_catalog
+from pipeline.inputs.catalog import build_catalog, describe_bands
 from pipeline.inputs.netstats import summarise as summarise_network
 from pipeline.planning.plan import Plan, compute_plan
 from pipeline.report.diagnostics import compute_diagnostics, compute_stragglers, compute_task_overhead
@@ -85,7 +85,25 @@ def plan_run(config: Config, clock: StageClock | None = None) -> tuple[Any, Plan
             shards_yx=config.output.shards_yx,
             categorical=catalog.categorical,
         )
+    if plan.n_jobs == 0:
+        raise ConfigError("grid.bounds", _no_overlap(config, plan))
     return catalog, plan
+
+
+def _no_overlap(config: Config, plan: Plan) -> str:
+    """Why a plan has no chunk to compute: the bounds and the inputs' extent, both in the grid's CRS."""
+    fp = plan.tables.footprints
+    ok = np.isfinite(fp).all(axis=1)
+    extent = (
+        [round(float(v), 3) for v in (fp[ok, 0].min(), fp[ok, 1].min(), fp[ok, 2].max(), fp[ok, 3].max())]
+        if ok.any()
+        else "none (no input's footprint transforms into the grid CRS)"
+    )
+    bounds = [round(float(v), 3) for v in plan.grid.bounds]
+    return (
+        f"{bounds} in {config.grid.crs} miss every input: the {len(fp)} inputs cover {extent} there; "
+        "set grid.bounds inside that extent, or null for all of it"
+    )
 
 
 PLAN_CHUNK_BYTES = 16 * 1024
@@ -118,6 +136,20 @@ def _plan_chunk_advice(plan: Plan) -> list[str]:
     return advice
 
 
+def summarise_inputs(catalog: Any) -> dict[str, Any]:
+    """The inputs as the report and ``pipeline plan`` give them: files, bytes (from the listing, the
+    files' sizes or STAC ``file:size``; ``bytes_unknown``: files whose size no source gave), headers
+    read, and per band the nodata used and where it came from, with STAC's scale, offset and unit."""
+    sizes = catalog.tiles["size"]
+    return {
+        "files": int(len(catalog.tiles)),
+        "bytes": int(sizes.sum()),
+        "bytes_unknown": int((sizes <= 0).sum()),
+        "headers_read": catalog.headers_read,
+        "bands": describe_bands(catalog),
+    }
+
+
 def summarise_plan(config: Config, catalog: Any, plan: Plan, clock: StageClock | None = None) -> dict[str, Any]:
     """What ``pipeline plan`` prints: inputs, grid, chunks, tasks, bytes, advice."""
     import statistics
@@ -137,12 +169,7 @@ def summarise_plan(config: Config, catalog: Any, plan: Plan, clock: StageClock |
     advice += _plan_chunk_advice(plan)
     g = plan.grid
     return {
-        "inputs": {
-            "files": int(len(catalog.tiles)),
-            "bytes": int(catalog.tiles["size"].sum()),
-            "skipped": catalog.skipped,
-            "headers_read": catalog.headers_read,
-        },
+        "inputs": {**summarise_inputs(catalog), "skipped": catalog.skipped},
         "bands": [b.name for b in plan.bands],
         "times": list(plan.times),
         "grid": {
@@ -329,6 +356,14 @@ def run(
     with clock.stage("finalize"):
         if removing is not None:
             removing.join()
+        finished = done | (journal_done(config.output.path, config.storage) if todo else set())
+        missing = len(set(plan.partitions.keys()) - finished)
+        if missing:  # never marked complete unless it holds every partition the plan promised
+            raise StoreError(
+                config.output.path,
+                f"{missing} of {len(plan.partitions)} planned partitions were not written; the store is left "
+                "incomplete: rerun with --resume",
+            )
         usage = finalize_store(config.output.path, config.storage)
     records.sort(key=lambda r: r["index"])
     skipped = list(catalog.skipped)
@@ -350,11 +385,9 @@ def run(
         "stages": stages,
         "stage_task_s": stage_task_s,
         "inputs": {
-            "files": int(len(catalog.tiles)),
-            "bytes": int(catalog.tiles["size"].sum()),
+            **summarise_inputs(catalog),
             "bytes_read": int(sum(r["bytes_read"] for r in records)),
             "skipped": skipped,
-            "headers_read": catalog.headers_read,
         },
         "output": {
             "path": config.output.path,
@@ -377,6 +410,8 @@ def run(
             "bytes_to_read": plan.bytes_read,
             "partition_mb": config.execution.partition_mb,
             "levels_used": plan.levels_used,
+            "full_with_overviews": plan.full_with_overviews,
+            "resampling": {b.name: b.resampling for b in plan.bands},
             "chunks_yx": list(plan.grid.chunks_yx),
         },
         "execution": {

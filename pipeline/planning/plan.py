@@ -320,6 +320,9 @@ class Plan:
     """Uncompressed bytes of the whole cube."""
     levels_used: dict[str, int]
     """Tiles read at each overview level ("full", "overview 0", ...)."""
+    full_with_overviews: int = 0
+    """Tiles read at full resolution whose files have overviews (their band's method reads none, or the
+    overviews are coarser than the grid)."""
 
 
 def compute_band_methods(
@@ -487,6 +490,7 @@ def compute_plan(
     )
     read = np.zeros(len(tiles), dtype=bool)
     read[tile_of] = True
+    has_overviews = sizes[:, 0, 0] > 0 if sizes.shape[1] else np.zeros(len(tiles), dtype=bool)
     return Plan(
         grid=grid,
         bands=bands,
@@ -504,6 +508,7 @@ def compute_plan(
             ("full" if v < 0 else f"overview {v}"): int(n)
             for v, n in zip(*np.unique(levels[read], return_counts=True), strict=True)
         },
+        full_with_overviews=int((read & (levels < 0) & has_overviews).sum()),
     )
 
 

@@ -1,0 +1,50 @@
+"""Nothing silent: a glob that matches nothing, bounds that miss every input and an empty STAC query are
+exit 2 naming them, from `pipeline plan` and `pipeline run` alike, and nothing is written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import write_config
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("command", ["plan", "run"])
+def test_a_glob_that_matches_nothing_is_exit_2_even_when_another_matches(
+    command: str, tmp_path: Path, small_dir: Path
+) -> None:
+    path = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
+    r = _cli(command, str(path), "--set", f"inputs.paths=[{small_dir}/**/*.tif, /nonexistent/*.tif]")
+    assert r.returncode == 2, r.stderr
+    assert "inputs.paths" in r.stderr and "'/nonexistent/*.tif'" in r.stderr and "the other 1 matched 32" in r.stderr
+    assert not (tmp_path / "out.zarr").exists()
+
+
+@pytest.mark.parametrize("command", ["plan", "run"])
+def test_bounds_that_miss_every_input_are_exit_2_naming_both_extents(
+    command: str, tmp_path: Path, small_dir: Path
+) -> None:
+    path = write_config(tmp_path, str(small_dir / "**" / "*.tif"), grid={"bounds": [0, 0, 10000, 10000]})
+    r = _cli(command, str(path))
+    assert r.returncode == 2, r.stderr
+    assert "grid.bounds" in r.stderr and "[0.0, 0.0, 10000.0, 10000.0]" in r.stderr and "miss every input" in r.stderr
+    assert "cover [" in r.stderr  # the inputs' extent in the grid CRS, to set the bounds inside
+    assert "partition_mb" not in r.stdout + r.stderr
+    assert not (tmp_path / "out.zarr").exists()
+
+
+def test_an_empty_item_collection_is_exit_2(tmp_path: Path, small_dir: Path) -> None:
+    items = tmp_path / "items.json"
+    items.write_text(json.dumps({"type": "FeatureCollection", "features": []}))
+    path = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
+    r = _cli("run", str(path), "--set", "inputs.paths=null", "--set", f"inputs.stac={items}")
+    assert r.returncode == 2, r.stderr
+    assert "inputs.stac" in r.stderr and "holds no STAC item" in r.stderr
