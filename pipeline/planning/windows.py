@@ -27,8 +27,10 @@ KERNEL_PAD = {name: m.pad for name, m in METHODS.items()}
 # Methods that blend values may read an (average) overview; value-picking methods read full resolution,
 # so that nearest/mode/min/max/median only ever return values present in the data.
 OVERVIEW_METHODS = frozenset(name for name, m in METHODS.items() if m.reads_overviews)
-# An overview is used when its pixel is at most this much coarser than the target pixel.
-OVERVIEW_TOLERANCE = 1.01
+# An overview is used when its pixel is not coarser than the target pixel (up to rounding), as gdalwarp
+# picks them: the coarsest level whose decimation (full width / level width) is at most the target's. GDAL's
+# COG driver rounds level sizes down, so a 5490 px band's 1372 px level (80.03 m) is not read for an 80 m grid.
+OVERVIEW_TOLERANCE = 1 + 1e-9
 
 _HASH_MULTIPLIERS = np.array(
     [
@@ -84,12 +86,12 @@ def compute_levels(
     method: str | np.ndarray,
     sizes: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Overview level per tile: the coarsest not coarser than the target pixel (-1: full resolution).
+    """Overview level per tile, as gdalwarp picks it: the coarsest whose decimation (full width over the
+    level's width, from the sizes the file declares) is at most the target pixel's size in source pixels
+    (-1: full resolution).
 
     ``method``: one method for every tile, or one per tile (per-band resampling); only blending methods
-    read overviews. ``sizes``: :func:`size_matrix` of ``tiles``, where the caller has it. A level's pixel
-    is the file's pixel times the full size over the level's size, as GDAL georeferences an overview,
-    from the sizes the file declares (GDAL's COG driver rounds them down, ``gdaladdo`` up)."""
+    read overviews. ``sizes``: :func:`size_matrix` of ``tiles``, where the caller has it."""
     levels = np.full(len(tiles), -1, dtype=np.int64)
     blends = (
         np.isin(np.asarray(method, dtype=object), list(OVERVIEW_METHODS))
@@ -116,15 +118,14 @@ def compute_levels(
         j11, j21 = (gx[n : 2 * n] - gx[:n]) / u, (gy[n : 2 * n] - gy[:n]) / u
         j12, j22 = (gx[2 * n :] - gx[:n]) / u, (gy[2 * n :] - gy[:n]) / u
         scale[idx] = np.sqrt(np.abs(j11 * j22 - j12 * j21))[inverse]
-    target_src = math.sqrt(res_xy[0] * res_xy[1]) / scale
-    src_res = np.sqrt(np.abs(a * e))
-    width, height = tiles["width"].astype("f8"), tiles["height"].astype("f8")
+    target_ratio = math.sqrt(res_xy[0] * res_xy[1]) / scale / np.sqrt(np.abs(a * e))  # source pixels per target pixel
+    width = tiles["width"].astype("f8")
     sizes = size_matrix(tiles) if sizes is None else sizes
     for lvl in range(sizes.shape[1]):
         ow, oh = sizes[:, lvl, 0], sizes[:, lvl, 1]
         has = (ow > 0) & (oh > 0) & blends
-        ovr_res = src_res * np.sqrt((width / np.where(has, ow, 1)) * (height / np.where(has, oh, 1)))
-        levels[has & (ovr_res <= target_src * OVERVIEW_TOLERANCE)] = lvl
+        ratio = width / np.where(has, ow, 1)
+        levels[has & (ratio <= target_ratio * OVERVIEW_TOLERANCE)] = lvl
     return levels
 
 
