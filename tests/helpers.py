@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +72,40 @@ def virtual_tiles(specs: list[tuple[str, float, float, int, int, float, str, str
     ]
     table = TileTable.from_records(rows, TABLE_COLUMNS)
     return table.rows(np.argsort(table["path"], kind="stable"))
+
+
+@contextlib.contextmanager
+def serve_stac(parquet: Path) -> Iterator[str]:
+    """A real STAC API: ``rustac serve`` on a free loopback port, serving a stac-geoparquet file from
+    memory; yields its URL."""
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    exe = shutil.which("rustac") or os.path.join(os.path.dirname(sys.executable), "rustac")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    # The DuckDB backend (rustac's default for one .parquet) does not answer offline; memory does.
+    cmd = [exe, "serve", str(parquet), "--use-duckdb", "false", "--addr", f"127.0.0.1:{port}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"rustac serve did not answer: {proc.stderr.read() if proc.stderr else ''}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)

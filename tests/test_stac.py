@@ -5,13 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import shutil
 import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +27,7 @@ from pipeline.inputs.stac import (
     write_item_collection,
 )
 from pipeline.inputs.stac_parquet import write_geoparquet
-from tests.helpers import PATTERN
+from tests.helpers import PATTERN, serve_stac
 
 SCALE = {"B02": (0.0001, -0.1)}
 
@@ -119,28 +113,8 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def stac_api(stac_dir: Path) -> Iterator[str]:
     """``rustac serve`` on a free loopback port, serving the stac-geoparquet file from memory."""
-    exe = shutil.which("rustac") or os.path.join(os.path.dirname(sys.executable), "rustac")
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    # The DuckDB backend (rustac's default for one .parquet) does not answer offline; memory does.
-    cmd = [exe, "serve", str(stac_dir / "absolute.parquet"), "--use-duckdb", "false", "--addr", f"127.0.0.1:{port}"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"rustac serve did not answer: {proc.stderr.read() if proc.stderr else ''}")
-            time.sleep(0.2)
+    with serve_stac(stac_dir / "absolute.parquet") as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def _config(folder: Path, inputs: dict[str, Any], resolution: float = 10, **extra: Any) -> Path:

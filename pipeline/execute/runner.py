@@ -399,6 +399,7 @@ def run(
             "chunks_degraded": degraded,
             "shape": {"time": len(plan.times), "y": plan.grid.shape_yx[0], "x": plan.grid.shape_yx[1]},
             "bands": [b.name for b in plan.bands],
+            "dtypes": {b.name: b.dtype for b in plan.bands},
         },
         "plan": {
             "partitions": len(plan.partitions),

@@ -219,25 +219,28 @@ def resolve_href(href: str, base: str | None, fallback: str | None = None) -> st
     """An asset href as the readers take it: URLs kept, ``file://`` stripped, relative ones joined to
     ``base`` (the item's ``self`` link, else the document it came from), local paths made absolute.
 
-    ``fallback``: the document the item was read from. Where ``base`` is a ``self`` link to a local
-    path that does not exist (an item copied from elsewhere, its links left as they were), a relative
-    href is joined to ``fallback`` instead."""
+    ``fallback``: the local document the item was read from. An item copied from a catalogue keeps its
+    ``self`` link to the catalogue: where ``base`` does not lead to a local file that exists and the
+    href joined to ``fallback`` does, that file is the asset."""
     if href.startswith("file://"):
         href = href[len("file://") :]
     if is_url(href):
         return href
     if os.path.isabs(href):
         return os.path.normpath(href)
-    if base and fallback and base != fallback and not is_url(base):
-        local = base[len("file://") :] if base.startswith("file://") else base
-        if not os.path.exists(local):
-            base = fallback
-    if base:
-        if is_url(base) and not base.startswith("file://"):
-            return urljoin(base, href)
-        base = base[len("file://") :] if base.startswith("file://") else base
-        href = os.path.join(os.path.dirname(base), href)
-    return os.path.normpath(os.path.abspath(href))
+    joined = _join(href, base) if base else None
+    if fallback and base != fallback and not (is_url(fallback) and not fallback.startswith("file://")):
+        beside = _join(href, fallback)
+        if (joined is None or is_url(joined) or not os.path.exists(joined)) and os.path.exists(beside):
+            return beside
+    return joined if joined is not None else os.path.normpath(os.path.abspath(href))
+
+
+def _join(href: str, base: str) -> str:
+    if is_url(base) and not base.startswith("file://"):
+        return urljoin(base, href)
+    base = base[len("file://") :] if base.startswith("file://") else base
+    return os.path.normpath(os.path.abspath(os.path.join(os.path.dirname(base), href)))
 
 
 def asset_href(asset: dict[str, Any], alternate: str | None) -> str | None:

@@ -241,6 +241,7 @@ def compute_diagnostics(report: dict[str, Any]) -> list[dict[str, str]]:
     out.append(_check_chunk_size(report))
     out.append(_check_partition_size(report, threads))
     out.append(_check_overviews(report))
+    out.append(_check_nodata(report))
     out.append(_check_worker_memory(report))
 
     st = report["stage_task_s"]
@@ -428,6 +429,26 @@ def _check_overviews(report: dict[str, Any]) -> dict[str, str]:
         + (f" ({had} of them at full resolution though they have overviews)" if had else "")
         + ("" if judged else f"; {read / 1e6:.1f} MB read: too little to judge"),
         advice,
+    )
+
+
+def _check_nodata(report: dict[str, Any]) -> dict[str, str]:
+    """Integer bands with no nodata value at all (no file, STAC item or ``inputs.nodata`` gives one): their
+    fill (0 at a swath edge, in files without a nodata tag such as Sentinel-2's JP2s) is resampled and
+    fused as data."""
+    bands = report.get("inputs", {}).get("bands") or {}
+    dtypes = report.get("output", {}).get("dtypes") or {}
+    missing = sorted(
+        b
+        for b, info in bands.items()
+        if info.get("nodata") is None and not str(dtypes.get(b, "uint")).startswith("float")
+    )
+    return _check(
+        "nodata",
+        bool(missing),
+        f"band(s) {', '.join(missing)} have no nodata value" if missing else "every integer band has a nodata value",
+        f"neither the files, the STAC items nor the config give {', '.join(missing)} a nodata value, so their fill "
+        "(0 at a swath edge) is averaged and fused as data: set inputs.nodata (e.g. 0) if the files have a fill",
     )
 
 
