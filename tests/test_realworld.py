@@ -227,3 +227,49 @@ def test_landsat_item_with_s3_alternates_matches_gdal(
     raw = ds["red"].isel(time=0).values
     valid = raw != 0
     assert np.allclose(decoded[valid], raw[valid] * L_SCALE + L_OFFSET, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", ["earth-search", "cdse", "landsat"])
+def test_dict_and_arrow_readers_agree_on_real_item_shapes(shape: str, world: RealWorld, tmp_path: Path) -> None:
+    """The stac-geoparquet reader finds every field where the JSON reader does, in each catalogue's shape:
+    STAC 1.1 bands and asset-level fields, nulls, 9-value transforms, multi-band selection, alternates."""
+    import pyarrow.parquet as pq
+
+    from pipeline.inputs.stac import ASSET_COLUMNS, _as_arrays, asset_rows_from_items
+    from pipeline.inputs.stac_parquet import asset_rows_from_arrow, read_geoparquet_table
+
+    assets: dict[str, str] | None
+    if shape == "earth-search":
+        item, assets, alternate = earth_search_item(world), EARTH_SEARCH_ASSETS, None
+    elif shape == "cdse":
+        item, assets, alternate = cdse_item(world), None, None
+    else:
+        item, assets, alternate = landsat_item(world, "https://example.invalid/l", "s3://bucket/l"), None, "s3"
+    write_geoparquet([item], str(tmp_path / "items.parquet"))
+    base = str(tmp_path / "items.json")
+    skipped_d: list[dict[str, str]] = []
+    d = _as_arrays(asset_rows_from_items([item], assets, base, skipped_d, alternate))
+    for table in (
+        pq.read_table(tmp_path / "items.parquet"),
+        read_geoparquet_table(str(tmp_path / "items.parquet"), None, assets),
+    ):
+        skipped_a: list[dict[str, str]] = []
+        a = asset_rows_from_arrow(table, assets, base, skipped_a, alternate)
+        assert skipped_a == skipped_d == []
+        order_d, order_a = np.argsort(d["band"].astype(str)), np.argsort(a["band"].astype(str))
+        for c in ASSET_COLUMNS:
+            x, y = d[c][order_d], a[c][order_a]
+            if c == "time":  # rustac writes stac-geoparquet's timestamps in milliseconds
+                x, y = x.astype("datetime64[ms]"), y.astype("datetime64[ms]")
+            same = np.array_equal(x, y, equal_nan=True) if x.dtype.kind == "f" else list(x) == list(y)
+            assert same, (c, list(x), list(y))
+    if shape == "cdse":
+        assert sorted(d["band"]) == ["B01", "B04", "B11", "SCL"]
+        assert set(d["crs"]) == {S2_CRS} and (d["nodata"] == 0).all() and d["categorical"].sum() == 1
+        assert np.allclose(d["scale"][d["band"] != "SCL"], 0.0001)
+    if shape == "landsat":
+        assert list(d["href"]) == ["s3://bucket/l/LC09_193026_SR-B4.tif"] and d["scale"][0] == L_SCALE
+    if shape == "earth-search":
+        assert (
+            int(d["bidx"][list(d["band"]).index("TCI_R")]) == 1 and d["dtype"][list(d["band"]).index("SCL")] == "uint8"
+        )

@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import json
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -323,3 +325,51 @@ def build_paths(config: Any) -> list[str]:
     from pipeline.inputs.catalog import build_catalog
 
     return list(build_catalog(config).tiles["path"])
+
+
+def test_stac_field_rules_old_and_new() -> None:
+    """Where each field is found: STAC 1.1 ``bands[k]`` first, then the asset, then 1.0 ``raster:bands[k]``,
+    then the item; CRS from proj:code, else proj:epsg (nulls skipped); a band of a multi-band asset by
+    index, name or common name."""
+    from pipeline.inputs.stac_fields import band_field, band_index, crs_of, split_asset_key
+
+    asset = {
+        "bands": [{"name": "B8", "nodata": 1}, {"name": "nir", "eo:common_name": "nir08", "raster:scale": 2.0}],
+        "nodata": 3,
+        "raster:scale": 4.0,
+        "raster:bands": [{"nodata": 5, "scale": 6.0, "data_type": "int16"}, {"offset": 7.0}],
+    }
+    props = {"raster:offset": 8.0, "data_type": "uint16"}
+    assert band_field(asset, props, 1, "nodata") == 1 and band_field(asset, props, 2, "nodata") == 3
+    assert band_field(asset, props, 1, "scale") == 4.0 and band_field(asset, props, 2, "scale") == 2.0
+    assert band_field(asset, props, 2, "offset") == 7.0 and band_field(asset, props, 1, "offset") == 8.0
+    assert band_field(asset, props, 1, "dtype") == "int16" and band_field(asset, props, 2, "dtype") == "uint16"
+    assert band_field({}, {}, 1, "unit") is None
+    assert band_index(asset, None) == 1 and band_index(asset, "2") == 2 and band_index(asset, "3") is None
+    assert band_index(asset, "nir") == 2 and band_index(asset, "nir08") == 2 and band_index(asset, "red") is None
+    assert split_asset_key("visual.2", {"visual": 1}) == ("visual", "2")
+    assert split_asset_key("B01.jp2", {"B01.jp2": 1}) == ("B01.jp2", None)
+    assert crs_of({"proj:code": None, "proj:epsg": None}, {"proj:epsg": 32633}) == "EPSG:32633"
+    assert crs_of({"proj:code": "EPSG:32632", "proj:epsg": 32633}, {}) == "EPSG:32632"
+    assert crs_of({"proj:code": None}, {}) is None
+
+
+def test_relative_hrefs_of_a_copied_item_resolve_beside_its_document(tmp_path: Path) -> None:
+    """An item copied from a catalogue keeps its ``self`` link there: a relative href that exists beside
+    the local document is that file; one that does not follows the ``self`` link, as the spec says."""
+    (tmp_path / "tiles").mkdir()
+    (tmp_path / "tiles" / "B04.tif").write_bytes(b"")
+    doc = str(tmp_path / "items.json")
+    remote = "https://stac.example.invalid/v1/items/x.json"
+    assert resolve_href("tiles/B04.tif", remote, doc) == str(tmp_path / "tiles" / "B04.tif")
+    assert resolve_href("tiles/B08.tif", remote, doc) == "https://stac.example.invalid/v1/items/tiles/B08.tif"
+    assert resolve_href("B04.tif", str(tmp_path / "tiles" / "item.json"), doc) == str(tmp_path / "tiles" / "B04.tif")
+
+
+def test_a_stac_search_that_matches_nothing_is_exit_2(stac_api: str, tmp_path: Path) -> None:
+    cfg = _config(tmp_path, {"stac_search": {"url": stac_api, "collections": ["no-such-collection"]}})
+    r = subprocess.run(
+        [sys.executable, "-m", "pipeline", "plan", str(cfg)], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 2, r.stderr
+    assert "inputs.stac_search" in r.stderr and "matched no item" in r.stderr and "no-such-collection" in r.stderr
