@@ -205,6 +205,14 @@ def plan(
     click.echo(
         f"grid        {g['crs']} {g['shape_yx'][1]}x{g['shape_yx'][0]} px at {g['res_xy']}, bounds {g['bounds']}"
     )
+    for key, what in summary["inferred"].items():
+        click.echo(f"inferred    {key}: {what}")
+    nodata = {b: v["nodata_from"] for b, v in summary["inputs"]["bands"].items()}
+    methods = summary["resampling"]
+    click.echo(
+        "bands       "
+        + "; ".join(f"{b}: {methods.get(b, '?')}, nodata from {nodata.get(b, 'none')}" for b in summary["bands"])
+    )
     click.echo(
         f"chunks      {summary['chunks']} in the cube ({g['chunks_yx'][0]}x{g['chunks_yx'][1]}), "
         f"{summary['jobs']} with data, {summary['windows']} source windows"

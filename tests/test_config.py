@@ -228,9 +228,12 @@ def test_a_wrong_value_names_the_dotted_key_and_what_is_allowed(key: str, value:
 
 def test_missing_required_keys_say_what_they_are() -> None:
     raw = yaml.safe_load(yaml.safe_dump(FULL))
-    del raw["grid"]["crs"]
-    with pytest.raises(ConfigError, match=r"'grid.crs': is required: Target CRS"):
+    del raw["output"]["path"]
+    with pytest.raises(ConfigError, match=r"'output.path': is required: Where to write"):
         _validate(raw)
+    del raw["grid"]  # null CRS and resolution: inferred from the inputs when planning
+    raw["output"]["path"] = "out.zarr"
+    assert _validate(raw).grid.crs is None and _validate(raw).grid.resolution is None
     with pytest.raises(ConfigError, match=r"'inputs.paths': is required"):
         _validate(FULL | {"inputs": {"pattern": PATTERN}})
     with pytest.raises(ConfigError, match=r"'inputs.stac': give one of inputs.paths, inputs.stac"):

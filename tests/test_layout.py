@@ -104,3 +104,26 @@ def test_planning_and_report_do_no_io() -> None:
     for name, imported in IMPORTS.items():
         if _within(name, "pipeline.planning") or _within(name, "pipeline.report"):
             assert not [m for m in imported if any(_within(m, p) for p in io)], name
+
+
+SOURCES = ("pipeline.inputs.files", "pipeline.inputs.stac", "pipeline.inputs.stac_parquet")
+"""The sources of tiles: each feeds the one builder, :mod:`pipeline.inputs.catalog`."""
+
+
+def test_sources_feed_one_builder_and_never_import_each_other() -> None:
+    """No import circle in ``inputs/``: sources import the shared rules (headers, STAC fields, the table),
+    never each other nor the builder; the builder is the only module that imports a source, except
+    that the STAC source reads stac-geoparquet through its reader."""
+    for name in SOURCES:
+        ours = _ours(IMPORTS[name])
+        others = {m for m in ours if m in SOURCES and m != name}
+        if name == "pipeline.inputs.stac":
+            others.discard("pipeline.inputs.stac_parquet")  # the STAC source's reader of .parquet files
+        assert others == set(), (name, others)
+        assert "pipeline.inputs.catalog" not in ours, name
+    for name, imported in IMPORTS.items():
+        if name in SOURCES or name in ("pipeline.inputs.catalog", "pipeline.inputs", "pipeline.tools.fixtures"):
+            continue
+        sources = [m for m in _ours(imported) if m in SOURCES]
+        assert sources == [] or name.startswith("pipeline.tools"), (name, sources)
+    assert "pipeline.inputs.stac" not in _ours(IMPORTS["pipeline.inputs.stac_parquet"])

@@ -48,3 +48,21 @@ def test_an_empty_item_collection_is_exit_2(tmp_path: Path, small_dir: Path) -> 
     r = _cli("run", str(path), "--set", "inputs.paths=null", "--set", f"inputs.stac={items}")
     assert r.returncode == 2, r.stderr
     assert "inputs.stac" in r.stderr and "holds no STAC item" in r.stderr
+
+
+def test_a_null_grid_crs_takes_the_inputs_one_or_lists_them(tmp_path: Path, small_dir: Path) -> None:
+    """``grid.crs`` null: the inputs' CRS when they share one, else exit 2 listing the CRSs found;
+    ``grid.resolution`` null: the finest band's. `pipeline plan` says what it inferred."""
+    path = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
+    r = _cli("plan", str(path), "--set", "grid.crs=null")
+    assert r.returncode == 2 and "grid.crs" in r.stderr and "EPSG:32631, EPSG:32632" in r.stderr, r.stderr
+    zone = str(small_dir / "**" / "T32*.tif")
+    r = _cli("plan", str(path), "--set", f"inputs.paths=[{zone}]", "--set", "grid=null", "--json")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["grid"]["crs"] == "EPSG:32632" and summary["grid"]["res_xy"] == [10.0, 10.0]
+    assert (
+        set(summary["inferred"]) == {"grid.crs", "grid.resolution"} and "B02" in summary["inferred"]["grid.resolution"]
+    )
+    text = _cli("plan", str(path), "--set", f"inputs.paths=[{zone}]", "--set", "grid=null").stdout
+    assert "inferred    grid.crs: EPSG:32632 (the inputs' CRS)" in text

@@ -174,8 +174,10 @@ def as_gdal_env(value: Any) -> Any:
     return {k: ("YES" if v is True else "NO" if v is False else str(v)) for k, v in value.items()}
 
 
-def as_crs(value: Any) -> str:
-    """``grid.crs``: anything pyproj reads as a CRS, kept as given."""
+def as_crs(value: Any) -> str | None:
+    """``grid.crs``: anything pyproj reads as a CRS, kept as given; null: the inputs'."""
+    if value is None:
+        return None
     try:
         return validate_crs(value, "grid.crs")
     except ConfigError as e:
@@ -186,13 +188,15 @@ def _positive(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
-def as_resolution(value: Any) -> tuple[float, float]:
-    """``grid.resolution``: one positive number, or [x, y]."""
+def as_resolution(value: Any) -> tuple[float, float] | None:
+    """``grid.resolution``: one positive number, or [x, y]; null: the finest band's."""
+    if value is None:
+        return None
     if isinstance(value, (list, tuple)) and len(value) == 2 and all(_positive(v) for v in value):
         return float(value[0]), float(value[1])
     if _positive(value):
         return float(value), float(value)
-    raise ValueError(f"must be a positive number, or [x, y] of two, got {value!r}")
+    raise ValueError(f"must be a positive number, or [x, y] of two, or null, got {value!r}")
 
 
 def as_bounds(value: Any) -> tuple[float, float, float, float] | None:

@@ -178,13 +178,15 @@ class InputsConfig(Section):
 class GridConfig(Section):
     """The target grid."""
 
-    crs: Annotated[str, BeforeValidator(as_crs, json_schema_input_type=str | int)] = Field(
-        description="Target CRS: an EPSG code ('EPSG:32632'), WKT or PROJ string."
+    crs: Annotated[str | None, BeforeValidator(as_crs, json_schema_input_type=str | int | None)] = Field(
+        None,
+        description="Target CRS: an EPSG code ('EPSG:32632'), WKT or PROJ string; null: the inputs' CRS when "
+        "they share one (else an error listing the CRSs found).",
     )
     resolution: Annotated[
-        tuple[float, float],
-        BeforeValidator(as_resolution, json_schema_input_type=PosNumber | tuple[PosNumber, PosNumber]),
-    ] = Field(description="Pixel size in grid CRS units: one number, or [x, y].")
+        tuple[float, float] | None,
+        BeforeValidator(as_resolution, json_schema_input_type=PosNumber | tuple[PosNumber, PosNumber] | None),
+    ] = Field(None, description="Pixel size in grid CRS units: one number, or [x, y]; null: the finest band's.")
     bounds: Annotated[
         tuple[float, float, float, float] | None,
         BeforeValidator(as_bounds, json_schema_input_type=tuple[float, float, float, float] | None),
@@ -323,7 +325,7 @@ class Config(Section):
 
     storage: StorageConfig = Field(default_factory=lambda: StorageConfig(), description=StorageConfig.__doc__)
     inputs: InputsConfig = Field(description=InputsConfig.__doc__)
-    grid: GridConfig = Field(description=GridConfig.__doc__)
+    grid: GridConfig = Field(default_factory=lambda: GridConfig(), description=GridConfig.__doc__)
     resampling: Annotated[
         Resampling | dict[str, Resampling],
         BeforeValidator(as_resampling, json_schema_input_type=Resampling | dict[str, Resampling]),
@@ -427,7 +429,7 @@ class Config(Section):
             "inputs.groupby": i.groupby,
             "inputs.gdal_env": i.gdal_env,
             "grid.crs": g.crs,
-            "grid.resolution": list(g.resolution),
+            "grid.resolution": None if g.resolution is None else list(g.resolution),
             "grid.bounds": None if g.bounds is None else list(g.bounds),
             "output.chunks_yx": list(o.chunks_yx),
             "output.codec": o.codec,

@@ -30,6 +30,7 @@ from pipeline.execute.workers import start_worker_server
 from pipeline.inputs.catalog import build_catalog, describe_bands
 from pipeline.inputs.netstats import summarise as summarise_network
 from pipeline.planning.plan import Plan, compute_plan
+from pipeline.planning.windows import infer_grid
 from pipeline.report.diagnostics import compute_diagnostics, compute_stragglers, compute_task_overhead
 from pipeline.report.summary import StageClock, compute_stages, summarise_workers, write_report
 from pipeline.storage import write_object
@@ -70,10 +71,13 @@ def plan_run(config: Config, clock: StageClock | None = None) -> tuple[Any, Plan
     with clock.stage("index"):
         catalog = build_catalog(config)
     with clock.stage("plan"):
+        crs, res_xy, inferred = infer_grid(catalog.tiles, config.grid.crs, config.grid.resolution)
+        for key, what in inferred.items():
+            logger.info("%s: %s", key, what)
         plan = compute_plan(
             catalog.tiles,
-            crs=config.grid.crs,
-            res_xy=config.grid.resolution,
+            crs=crs,
+            res_xy=res_xy,
             chunks_yx=config.output.chunks_yx,
             bounds=config.grid.bounds,
             resampling=config.resampling,
@@ -84,6 +88,7 @@ def plan_run(config: Config, clock: StageClock | None = None) -> tuple[Any, Plan
             band_attrs=catalog.band_attrs,
             shards_yx=config.output.shards_yx,
             categorical=catalog.categorical,
+            inferred=inferred,
         )
     if plan.n_jobs == 0:
         raise ConfigError("grid.bounds", _no_overlap(config, plan))
@@ -101,7 +106,7 @@ def _no_overlap(config: Config, plan: Plan) -> str:
     )
     bounds = [round(float(v), 3) for v in plan.grid.bounds]
     return (
-        f"{bounds} in {config.grid.crs} miss every input: the {len(fp)} inputs cover {extent} there; "
+        f"{bounds} in {plan.grid.crs} miss every input: the {len(fp)} inputs cover {extent} there; "
         "set grid.bounds inside that extent, or null for all of it"
     )
 
@@ -192,6 +197,8 @@ def summarise_plan(config: Config, catalog: Any, plan: Plan, clock: StageClock |
         "bytes_to_read": plan.bytes_read,
         "bytes_out": plan.bytes_out,
         "levels_used": plan.levels_used,
+        "resampling": {b.name: b.resampling for b in plan.bands},
+        "inferred": dict(plan.inferred),
         "advice": advice,
         "driver_s": sum(clock.seconds.values()) if clock else None,
         "timings_s": dict(clock.seconds) if clock else {},
@@ -412,6 +419,7 @@ def run(
             "partition_mb": config.execution.partition_mb,
             "levels_used": plan.levels_used,
             "full_with_overviews": plan.full_with_overviews,
+            "inferred": dict(plan.inferred),
             "resampling": {b.name: b.resampling for b in plan.bands},
             "chunks_yx": list(plan.grid.chunks_yx),
         },

@@ -320,6 +320,8 @@ class Plan:
     """Uncompressed bytes of the whole cube."""
     levels_used: dict[str, int]
     """Tiles read at each overview level ("full", "overview 0", ...)."""
+    inferred: tuple[tuple[str, str], ...] = ()
+    """Grid settings the config left null and the inputs gave: (key, what was taken)."""
     full_with_overviews: int = 0
     """Tiles read at full resolution whose files have overviews (their band's method reads none, or the
     overviews are coarser than the grid)."""
@@ -388,6 +390,7 @@ def compute_plan(
     band_attrs: dict[str, dict[str, Any]] | None = None,
     shards_yx: tuple[int, int] | None = None,
     categorical: frozenset[str] = frozenset(),
+    inferred: dict[str, str] | None = None,
 ) -> Plan:
     """Plan the whole run. ``tiles`` is the catalog's table (sorted by path: the fuse order).
 
@@ -508,6 +511,7 @@ def compute_plan(
             ("full" if v < 0 else f"overview {v}"): int(n)
             for v, n in zip(*np.unique(levels[read], return_counts=True), strict=True)
         },
+        inferred=tuple(sorted((inferred or {}).items())),
         full_with_overviews=int((read & (levels < 0) & has_overviews).sum()),
     )
 

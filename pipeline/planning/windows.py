@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pipeline.errors import ConfigError
 from pipeline.planning.grid import GridSpec, transform_boxes, transform_points
 from pipeline.resample.methods import METHODS
 
@@ -102,9 +103,25 @@ def compute_levels(
         return levels
     a = tiles["a"].astype("f8")
     e = tiles["e"].astype("f8")
+    scale = local_scale(tiles, grid_crs)
+    target_ratio = math.sqrt(res_xy[0] * res_xy[1]) / scale / np.sqrt(np.abs(a * e))  # source pixels per target pixel
+    width = tiles["width"].astype("f8")
+    sizes = size_matrix(tiles) if sizes is None else sizes
+    for lvl in range(sizes.shape[1]):
+        ow, oh = sizes[:, lvl, 0], sizes[:, lvl, 1]
+        has = (ow > 0) & (oh > 0) & blends
+        ratio = width / np.where(has, ow, 1)
+        levels[has & (ratio <= target_ratio * OVERVIEW_TOLERANCE)] = lvl
+    return levels
+
+
+def local_scale(tiles: TileTable, grid_crs: str) -> np.ndarray:
+    """Per tile, grid units per source unit at the tile's centre (1 in the grid's CRS): the square root
+    of the transform's Jacobian determinant, once per distinct (CRS, centre, pixel size)."""
+    a = tiles["a"].astype("f8")
     cx = (tiles["xmin"].astype("f8") + tiles["xmax"].astype("f8")) / 2
     cy = (tiles["ymin"].astype("f8") + tiles["ymax"].astype("f8")) / 2
-    scale = np.ones(len(tiles))  # grid units per source unit, locally at the tile centre
+    scale = np.ones(len(tiles))
     for crs, idx in tiles.groups("crs").items():
         if crs == grid_crs:
             continue
@@ -118,15 +135,33 @@ def compute_levels(
         j11, j21 = (gx[n : 2 * n] - gx[:n]) / u, (gy[n : 2 * n] - gy[:n]) / u
         j12, j22 = (gx[2 * n :] - gx[:n]) / u, (gy[2 * n :] - gy[:n]) / u
         scale[idx] = np.sqrt(np.abs(j11 * j22 - j12 * j21))[inverse]
-    target_ratio = math.sqrt(res_xy[0] * res_xy[1]) / scale / np.sqrt(np.abs(a * e))  # source pixels per target pixel
-    width = tiles["width"].astype("f8")
-    sizes = size_matrix(tiles) if sizes is None else sizes
-    for lvl in range(sizes.shape[1]):
-        ow, oh = sizes[:, lvl, 0], sizes[:, lvl, 1]
-        has = (ow > 0) & (oh > 0) & blends
-        ratio = width / np.where(has, ow, 1)
-        levels[has & (ratio <= target_ratio * OVERVIEW_TOLERANCE)] = lvl
-    return levels
+    return scale
+
+
+def infer_grid(
+    tiles: TileTable, crs: str | None, res_xy: tuple[float, float] | None
+) -> tuple[str, tuple[float, float], dict[str, str]]:
+    """The grid's CRS and resolution where the config leaves them null, as odc-stac infers them: the
+    inputs' CRS when they share one (an error listing them otherwise), and the finest band's pixel size
+    in that CRS (rounded to 6 significant digits across CRSs). Also what was inferred, and from what."""
+    inferred: dict[str, str] = {}
+    if crs is None:
+        found = sorted(set(tiles["crs"]))
+        if len(found) != 1:
+            raise ConfigError(
+                "grid.crs",
+                f"is null, but the inputs are in {len(found)} CRSs ({', '.join(found[:8])}"
+                f"{', ...' if len(found) > 8 else ''}): set grid.crs to one of them",
+            )
+        crs = found[0]
+        inferred["grid.crs"] = f"{crs} (the inputs' CRS)"
+    if res_xy is None:
+        pixel = np.sqrt(np.abs(tiles["a"].astype("f8") * tiles["e"].astype("f8"))) * local_scale(tiles, crs)
+        k = int(np.nanargmin(pixel))
+        finest = float(f"{float(pixel[k]):.6g}")
+        res_xy = (finest, finest)
+        inferred["grid.resolution"] = f"{finest:g} (band {tiles['band'][k]}'s pixel, the finest)"
+    return crs, res_xy, inferred
 
 
 def size_matrix(tiles: TileTable) -> np.ndarray:
