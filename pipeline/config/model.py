@@ -49,6 +49,7 @@ from pipeline.config.fields import (
     PosInt,
     PosNumber,
     Resampling,
+    ZarrFormat,
     as_assets,
     as_bands,
     as_bounds,
@@ -199,7 +200,7 @@ class CompressionConfig(Section):
 
 
 class OutputConfig(Section):
-    """The Zarr v3 store."""
+    """The Zarr store."""
 
     path: PathStr = Field(description="Where to write the store: a local path or s3://bucket/prefix/cube.zarr.")
     chunks: ChunksConfig = Field(
@@ -210,6 +211,11 @@ class OutputConfig(Section):
     )
     shards: ShardsConfig | None = Field(
         None, description="Zarr v3 shards {y, x}, multiples of chunks: one object per shard; null: one per chunk."
+    )
+    zarr_format: ZarrFormat = Field(
+        3,
+        description="3: Zarr v3 (zarr.json). 2: Zarr v2 (.zgroup/.zarray/.zattrs, consolidated .zmetadata), "
+        "for readers without Zarr v3: GDAL before 3.12, zarr-python 2, older xarray. No shards with 2.",
     )
 
     @model_validator(mode="before")
@@ -223,6 +229,12 @@ class OutputConfig(Section):
 
     @model_validator(mode="after")
     def _shards_are_multiples(self) -> OutputConfig:
+        if self.shards is not None and self.zarr_format == 2:
+            raise ConfigError(
+                "shards",
+                "Zarr v2 has no shards, and output.zarr_format is 2: "
+                "set output.shards: null, or output.zarr_format: 3",
+            )
         if self.shards is not None:
             for axis in ("y", "x"):
                 s, c = getattr(self.shards, axis), getattr(self.chunks, axis)
@@ -399,6 +411,8 @@ class Config(Section):
             "resampling_engine": self.resampling_engine,
             "fuse": self.fuse,
         }
+        if o.zarr_format != 3:  # only where set, so that the hash of every v3 store stays what it was
+            flat["output.zarr_format"] = o.zarr_format
         return json.loads(json.dumps(flat, sort_keys=True, default=str))
 
     def output_hash(self) -> str:
@@ -490,7 +504,8 @@ def _problem(err: Any) -> tuple[str, str]:
         desc = _at(names[:-1]).get(names[-1], (None, None))[1] if names else None
         return key, "is required" + (f": {desc}" if desc else "")
     if kind == "literal_error":
-        choices = re.findall(r"'((?:[^'\\]|\\.)*)'", str(ctx.get("expected", "")))
+        expected = str(ctx.get("expected", ""))
+        choices = re.findall(r"'((?:[^'\\]|\\.)*)'", expected) or re.split(r", | or ", expected)  # ints: unquoted
         return key, f"must be one of {' | '.join(choices)}, got {_got(value)}"
     simple = {
         "model_type": "must be a mapping",
