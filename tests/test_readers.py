@@ -16,13 +16,7 @@ from rasterio.crs import CRS
 from rasterio.errors import RasterioIOError
 
 import pipeline
-
-GDAL_READS_FROM = {"v2": (3, 4), "v3": (3, 12), "v3-sharded": (3, 13)}
-"""The oldest GDAL that reads each layout, as the README's table says. v2: every GDAL with the Zarr driver
-(3.6.2, 3.10.3 and 3.12.2 checked); v3: 3.10.3 fails ("Unsupported codec: bytes"), 3.12.2 reads; sharded
-v3: 3.12.2 fails ("Unsupported codec: sharding_indexed"), GDAL's docs give 3.13. Where the installed
-GDAL is older than a layout's entry, the test asserts that it fails: a newer GDAL that reads it fails the
-test until the table (and the README) says so."""
+from pipeline.store.zarr2 import GDAL_READS_FROM, gdal_reads
 
 CASES = [
     ("v3", "zstd"),
@@ -34,11 +28,6 @@ CASES = [
     ("v2", "gzip"),
     ("v2", "none"),
 ]
-
-
-def _gdal_version() -> tuple[int, int]:
-    major, minor = rasterio.__gdal_version__.split(".")[:2]
-    return int(major), int(minor)
 
 
 def _run(small_config: Any, layout: str, codec: str) -> Any:
@@ -60,7 +49,7 @@ def test_gdal_reads_the_values_and_georeferencing_xarray_reads(small_config: Any
     cube = xr.open_zarr(cfg.output.path, mask_and_scale=False)
     band = "B02"
     name = f'ZARR:"{cfg.output.path}":/{band}'
-    if _gdal_version() < GDAL_READS_FROM[layout]:
+    if layout not in gdal_reads(rasterio.__gdal_version__):  # the README's table: it must fail
         with pytest.raises(RasterioIOError, match="Unsupported codec"):
             rasterio.open(name)
         return
@@ -72,6 +61,11 @@ def test_gdal_reads_the_values_and_georeferencing_xarray_reads(small_config: Any
         assert src.nodata == cube[band].attrs["_FillValue"]
     np.testing.assert_array_equal(values, cube[band].values)
     assert np.count_nonzero(values != src.nodata) > values.size // 2  # a cube with data, not only fill
+
+
+def test_the_reader_table_by_version() -> None:
+    assert gdal_reads("3.6.2") == gdal_reads("3.10.3") == ["v2"] and gdal_reads("3.3.0") == []
+    assert gdal_reads("3.12.2") == ["v2", "v3"] and gdal_reads("3.13.0") == list(GDAL_READS_FROM)
 
 
 def test_zarr_v2_holds_the_v3_cube_for_xarray_and_rioxarray(small_config: Any) -> None:

@@ -232,8 +232,7 @@ class OutputConfig(Section):
         if self.shards is not None and self.zarr_format == 2:
             raise ConfigError(
                 "shards",
-                "Zarr v2 has no shards, and output.zarr_format is 2: "
-                "set output.shards: null, or output.zarr_format: 3",
+                "Zarr v2 has no shards, and output.zarr_format is 2: set output.shards: null, or output.zarr_format: 3",
             )
         if self.shards is not None:
             for axis in ("y", "x"):

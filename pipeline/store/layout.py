@@ -1,6 +1,6 @@
-"""The store's layout: the Zarr v3 metadata of every array (Zarr v2's spelling: :mod:`.zarr2`), the template written before any chunk, what
-counts as a store of this pipeline (and so what ``--overwrite`` may remove), the resume journal's
-listing, and the completion written last."""
+"""The store's layout: the Zarr v3 metadata of every array (Zarr v2's: :mod:`.zarr2`), the template
+written before any chunk, what counts as a store of this pipeline (and so what ``--overwrite`` may
+remove), the resume journal's listing, and the completion written last."""
 
 from __future__ import annotations
 

@@ -85,3 +85,16 @@ def consolidated_json(root_attrs: dict[str, Any], children: dict[str, dict[str, 
         for doc, value in sorted(children[name].items()):
             meta[f"{name}/{doc}"] = value
     return {"metadata": meta, "zarr_consolidated_format": 1}
+
+
+GDAL_READS_FROM = {"v2": (3, 4), "v3": (3, 12), "v3-sharded": (3, 13)}
+"""The oldest GDAL whose Zarr driver reads each layout of the store (README, "Who reads the store").
+v2: every GDAL with the driver (3.6.2, 3.10.3, 3.12.2 checked); v3: 3.10.3 fails ("Unsupported codec:
+bytes"), 3.12.2 reads; v3 with shards: 3.12.2 fails ("Unsupported codec: sharding_indexed"), GDAL's
+documentation gives 3.13. ``tests/test_readers.py`` holds the installed GDAL to it."""
+
+
+def gdal_reads(gdal_version: str) -> list[str]:
+    """The layouts (keys of :data:`GDAL_READS_FROM`) that GDAL ``gdal_version`` ("3.10.3") reads."""
+    have = tuple(int(p) for p in gdal_version.split(".")[:2])
+    return [layout for layout, oldest in GDAL_READS_FROM.items() if have >= oldest]
