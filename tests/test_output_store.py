@@ -162,6 +162,31 @@ def test_s3_output_is_the_local_cube_bit_for_bit(
     assert diag["object_size"]["status"] == "warn" and "output.shards" in diag["object_size"]["advice"]
 
 
+def test_zarr_v2_in_a_bucket_is_the_local_v2_store_bit_for_bit(
+    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str
+) -> None:
+    import pipeline
+
+    storage = StorageConfig(endpoint_url=s3_server.endpoint_url)
+    url = f"s3://{s3_bucket}/cubes/v2.zarr"
+    cfg = _s3_config(tmp_path, small_dir, url, s3_server.endpoint_url, "output.zarr_format=2")
+    remote = pipeline.run(cfg)
+    local_dir = tmp_path / "local"
+    local_dir.mkdir()
+    local = pipeline.run(
+        load_config(write_config(local_dir, str(small_dir / "**" / "*.tif")), ["output.zarr_format=2"])
+    )
+    assert remote.exit_code == local.exit_code == 0
+    ours, ref = _objects(url, storage), _objects(str(local_dir / "out.zarr"), StorageConfig())
+    assert sorted(ours) == sorted(ref) and ".zmetadata" in ref and "B02/0.0.0" in ref
+    assert all(ours[k] == ref[k] for k in ref), [k for k in ref if ours[k] != ref[k]]
+    assert layout.store_is_complete(url, storage) and layout.inspect_output(url, storage) == ""
+    for band, values in local.open().data_vars.items():
+        np.testing.assert_array_equal(remote.open()[band].values, values.values)
+    assert pipeline.run(cfg, overwrite=True).exit_code == 0  # a v2 store of ours in a bucket is replaced
+    assert sorted(_objects(url, storage)) == sorted(ref)
+
+
 def test_sharded_s3_output_holds_the_same_pixels_in_fewer_objects(
     tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str
 ) -> None:
