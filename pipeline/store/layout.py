@@ -156,7 +156,8 @@ def _root_json(path: str, storage: StorageConfig | None) -> dict[str, Any] | Non
         return root
     consolidated = get_json(store, zarr2.CONSOLIDATED)
     if consolidated is not None:
-        return {"zarr_format": 2, "attributes": consolidated["metadata"][zarr2.ATTRS]}
+        attrs = (consolidated.get("metadata") or {}).get(zarr2.ATTRS)
+        return {"zarr_format": 2, "attributes": attrs if isinstance(attrs, dict) else {}}
     attrs = get_json(store, zarr2.ATTRS)
     if attrs is not None:
         return {"zarr_format": 2, "attributes": {**attrs, "pipeline_complete": False}}
@@ -295,6 +296,26 @@ def check_output_path(path: str, storage: StorageConfig | None, *, overwrite: bo
         delete_keys(store, [k for k, _ in list_keys(store)])
 
 
+BAND_DIMS = ("time", "y", "x")
+
+
+@dataclass(frozen=True)
+class _Array:
+    """One array of the template, in either format."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    chunks: tuple[int, ...]
+    fill: Any
+    codec: str
+    level: int
+    dims: list[str] | None
+    attrs: dict[str, Any]
+    values: np.ndarray | None = None
+    """Its one chunk, written with the template (coordinates); None: written by the tasks, or never."""
+
+
 def create_store(
     plan: Plan,
     path: str,
@@ -332,8 +353,7 @@ def create_store(
         "fuse": plan.fuse,
     }
     i8 = np.dtype("int64")
-    # (name, shape, dtype, chunks, fill, codec, level, dims, attrs, values of its one chunk or None)
-    arrays: list[tuple[str, tuple[int, ...], np.dtype[Any], tuple[int, ...], Any, str, int, Any, Any, Any]] = []
+    arrays: list[_Array] = []
     coords: dict[str, tuple[np.ndarray, dict[str, Any]]] = {
         "time": (seconds, {"units": "seconds since 1970-01-01", "calendar": "proleptic_gregorian"}),
         "y": (grid.y_coords(), {}),
@@ -341,9 +361,9 @@ def create_store(
     }
     for name, (values, extra) in coords.items():  # one uncompressed chunk each
         values = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("<"))
-        arrays.append((name, values.shape, values.dtype, values.shape, 0, "none", 0, [name], extra, values))
+        arrays.append(_Array(name, values.shape, values.dtype, values.shape, 0, "none", 0, [name], extra, values))
     crs_attrs = grid_mapping_attrs(grid.crs, grid.transform)
-    arrays.append(("spatial_ref", (), i8, (), 0, "zstd", 0, None, crs_attrs, None))
+    arrays.append(_Array("spatial_ref", (), i8, (), 0, "zstd", 0, None, crs_attrs))
     band_attrs = {"grid_mapping": "spatial_ref", "coordinates": "spatial_ref"}
     for b in plan.bands:
         dtype = np.dtype(b.dtype)
@@ -351,7 +371,9 @@ def create_store(
         attrs_b = {**band_attrs, **dict(b.attrs)}
         if zarr_format == 3:  # xarray keeps v3's _FillValue in the attributes; in v2, fill_value is it
             attrs_b = {"_FillValue": _fill_attr(b.nodata, dtype), **attrs_b}
-        arrays.append((b.name, shape, dtype, (1, ch, cw), fill, codec, level, ["time", "y", "x"], attrs_b, None))
+        else:  # GDAL before 3.9 reads no grid mapping
+            attrs_b["_CRS"] = zarr2.gdal_crs(crs_attrs["crs_wkt"])
+        arrays.append(_Array(b.name, shape, dtype, (1, ch, cw), fill, codec, level, list(BAND_DIMS), attrs_b))
     try:
         store = output_store(path, storage)
         if zarr_format == 2:
@@ -363,27 +385,23 @@ def create_store(
                 "zarr.json",
                 {"attributes": attrs, "zarr_format": 3, "consolidated_metadata": None, "node_type": "group"},
             )
-        for name, a_shape, dtype, chunks, fill, a_codec, a_level, dims, a_attrs, values in arrays:
-            if zarr_format == 2:
-                compressor = zarr2.compressor_json(a_codec, a_level)
-                band = dims == ["time", "y", "x"]
-                if band:
-                    a_attrs = {**a_attrs, "_CRS": zarr2.gdal_crs(crs_attrs["crs_wkt"])}
-                zarray = zarr2.zarray_json(a_shape, dtype, chunks, fill if band else None, compressor)
-                _put_json(store, f"{name}/{zarr2.ATTRS}", zarr2.zattrs_json(a_attrs, dims))
-                _put_json(store, f"{name}/{zarr2.ARRAY}", zarray)
-                key = zarr2.chunk_key(name, (0,) * len(a_shape))
+        for a in arrays:
+            band = a.dims == list(BAND_DIMS)
+            if zarr_format == 2:  # coordinates get no fill value: xarray would make it their _FillValue
+                compressor = zarr2.compressor_json(a.codec, a.level)
+                zarray = zarr2.zarray_json(a.shape, a.dtype, a.chunks, a.fill if band else None, compressor)
+                _put_json(store, f"{a.name}/{zarr2.ATTRS}", zarr2.zattrs_json(a.attrs, a.dims))
+                _put_json(store, f"{a.name}/{zarr2.ARRAY}", zarray)
+                key = zarr2.chunk_key(a.name, (0,) * len(a.shape))
             else:
-                codecs = _codecs_json(a_codec, a_level, dtype)
-                grid_shape = chunks
-                if shards_yx is not None and dims == ["time", "y", "x"]:
-                    codecs, grid_shape = sharding_json(codecs, chunks), (1, *shards_yx)
-                _put_json(
-                    store, f"{name}/zarr.json", _array_json(a_shape, dtype, grid_shape, fill, codecs, dims, a_attrs)
-                )
-                key = f"{name}/c/0"
-            if values is not None:
-                write_bytes(store, key, values.tobytes())
+                codecs, grid_shape = _codecs_json(a.codec, a.level, a.dtype), a.chunks
+                if shards_yx is not None and band:
+                    codecs, grid_shape = sharding_json(codecs, a.chunks), (1, *shards_yx)
+                doc = _array_json(a.shape, a.dtype, grid_shape, a.fill, codecs, a.dims, a.attrs)
+                _put_json(store, f"{a.name}/zarr.json", doc)
+                key = f"{a.name}/c/0"
+            if a.values is not None:
+                write_bytes(store, key, a.values.tobytes())
     except Exception as e:  # OSError locally, obstore's errors remotely
         raise StoreError(f"cannot create the output store {path}: {redact(str(e))}") from None
 
@@ -446,7 +464,7 @@ def finalize_store(path: str, storage: StorageConfig | None = None) -> StoreUsag
                     children[name] = child
             root["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": children}
             _put_json(store, "zarr.json", root)
-            bands = [n for n, c in children.items() if c.get("dimension_names") == ["time", "y", "x"]]
+            bands = [n for n, c in children.items() if c.get("dimension_names") == list(BAND_DIMS)]
             prefix = "c/"
         keys = list_keys(store)
     except Exception as e:
@@ -469,7 +487,7 @@ def _finalize_v2(store: Any, names: list[str]) -> tuple[list[str], str]:
             children[name] = {doc: value if value is not None else {} for doc, value in docs.items()}
     _put_json(store, zarr2.ATTRS, attrs)
     _put_json(store, zarr2.CONSOLIDATED, zarr2.consolidated_json(attrs, children))
-    bands = [n for n, c in children.items() if c[zarr2.ATTRS].get("_ARRAY_DIMENSIONS") == ["time", "y", "x"]]
+    bands = [n for n, c in children.items() if c[zarr2.ATTRS].get("_ARRAY_DIMENSIONS") == list(BAND_DIMS)]
     return bands, ""
 
 
