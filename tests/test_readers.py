@@ -83,6 +83,10 @@ def test_zarr_v2_holds_the_v3_cube_for_xarray_and_rioxarray(small_config: Any) -
         xr.testing.assert_identical(a, b)
     keys = sorted(p.relative_to(v2).as_posix() for p in Path(v2).rglob("*") if p.is_file())
     assert "B02/0.0.0" in keys and ".zmetadata" in keys and not any("/c/" in k or "zarr.json" in k for k in keys)
+    # the same chunk bytes under v2's keys: B02/c/0/1/2 is B02/0.1.2
+    chunks3 = {(p.parts[-5], ".".join(p.parts[-3:])): p.read_bytes() for p in Path(v3).glob("B*/c/*/*/*")}
+    chunks2 = {(p.parent.name, p.name): p.read_bytes() for p in Path(v2).glob("B*/*.*.*")}
+    assert len(chunks3) > 20 and chunks2 == chunks3
 
 
 def test_zarr_v2_metadata_is_what_xarray_writes(small_config: Any, tmp_path: Path) -> None:
