@@ -191,6 +191,7 @@ def test_every_key_of_the_full_config_validates() -> None:
         ("output.shards.x", 100, "must be a multiple of output.chunks.x"),
         ("output.compression.level", 1.5, "must be an integer"),
         ("output.compression.codec", "lz4", "must be one of zstd | blosc | gzip | none"),
+        ("output.zarr_format", 4, "must be one of 2 | 3"),
         ("output.path", 5, "must be a string"),
         ("execution.retries", -1, "must be an integer >= 0"),
         ("execution.workers", "many", "must be an integer >= 1"),
@@ -249,6 +250,17 @@ def test_set_goes_through_the_same_model(tmp_path: Path) -> None:
         load_config(p, ["output.chunks.y=64", "output.shards={y: 96}"])
     c = load_config(p, ["output.chunks.y=64", "output.shards={x: 2048}", "execution.workers=auto"])
     assert c.output.shards_yx == (64, 2048) and c.execution.workers is None
+
+
+def test_zarr_format_2_has_no_shards_and_changes_the_hash_only_where_set(tmp_path: Path) -> None:
+    p = _cfg(tmp_path, BASE)
+    with pytest.raises(ConfigError) as info:
+        load_config(p, ["output.zarr_format=2", "output.shards={y: 1024, x: 1024}"])
+    assert info.value.key == "output.shards" and "output.zarr_format" in info.value.problem
+    v2, v3, default = (load_config(p, sets) for sets in (["output.zarr_format=2"], ["output.zarr_format=3"], []))
+    assert v2.output.zarr_format == 2 and v3.output.zarr_format == default.output.zarr_format == 3
+    assert v3.output_hash() == default.output_hash() != v2.output_hash()
+    assert v2.output_settings()["output.zarr_format"] == 2 and "output.zarr_format" not in v3.output_settings()
 
 
 def test_null_sections_and_keys_take_their_defaults(tmp_path: Path) -> None:

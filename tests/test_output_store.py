@@ -162,6 +162,31 @@ def test_s3_output_is_the_local_cube_bit_for_bit(
     assert diag["object_size"]["status"] == "warn" and "output.shards" in diag["object_size"]["advice"]
 
 
+def test_zarr_v2_in_a_bucket_is_the_local_v2_store_bit_for_bit(
+    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str
+) -> None:
+    import pipeline
+
+    storage = StorageConfig(endpoint_url=s3_server.endpoint_url)
+    url = f"s3://{s3_bucket}/cubes/v2.zarr"
+    cfg = _s3_config(tmp_path, small_dir, url, s3_server.endpoint_url, "output.zarr_format=2")
+    remote = pipeline.run(cfg)
+    local_dir = tmp_path / "local"
+    local_dir.mkdir()
+    local = pipeline.run(
+        load_config(write_config(local_dir, str(small_dir / "**" / "*.tif")), ["output.zarr_format=2"])
+    )
+    assert remote.exit_code == local.exit_code == 0
+    ours, ref = _objects(url, storage), _objects(str(local_dir / "out.zarr"), StorageConfig())
+    assert sorted(ours) == sorted(ref) and ".zmetadata" in ref and "B02/0.0.0" in ref
+    assert all(ours[k] == ref[k] for k in ref), [k for k in ref if ours[k] != ref[k]]
+    assert layout.store_is_complete(url, storage) and layout.inspect_output(url, storage) == ""
+    for band, values in local.open().data_vars.items():
+        np.testing.assert_array_equal(remote.open()[band].values, values.values)
+    assert pipeline.run(cfg, overwrite=True).exit_code == 0  # a v2 store of ours in a bucket is replaced
+    assert sorted(_objects(url, storage)) == sorted(ref)
+
+
 def test_sharded_s3_output_holds_the_same_pixels_in_fewer_objects(
     tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str
 ) -> None:
@@ -186,9 +211,19 @@ def _plan(tmp_path: Path, small_dir: Path) -> Any:
     return plan_run(cfg)[1]
 
 
-def _create(plan: Any, path: str, storage: StorageConfig | None = None, overwrite: bool = True) -> None:
+def _create(
+    plan: Any, path: str, storage: StorageConfig | None = None, overwrite: bool = True, zarr_format: int = 3
+) -> None:
     layout.create_store(
-        plan, path, codec="zstd", level=3, config_hash="h", settings={}, overwrite=overwrite, storage=storage
+        plan,
+        path,
+        codec="zstd",
+        level=3,
+        config_hash="h",
+        settings={},
+        overwrite=overwrite,
+        storage=storage,
+        zarr_format=zarr_format,
     )
 
 
@@ -196,7 +231,9 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
-@pytest.mark.parametrize("case", ["folder", "file", "foreign-zarr", "ours-plus-a-file"])
+@pytest.mark.parametrize(
+    "case", ["folder", "file", "foreign-zarr", "foreign-zarr2", "ours-plus-a-file", "ours-v2-plus-a-file"]
+)
 def test_overwrite_refuses_what_the_pipeline_did_not_write_locally(tmp_path: Path, small_dir: Path, case: str) -> None:
     plan = _plan(tmp_path, small_dir)
     target = tmp_path / "target.zarr"
@@ -205,10 +242,12 @@ def test_overwrite_refuses_what_the_pipeline_did_not_write_locally(tmp_path: Pat
         (target / "thesis.tex").write_text("years of work")
     elif case == "file":
         target.write_text("not a store")
-    elif case == "foreign-zarr":
-        zarr.create_group(store=str(target), zarr_format=3).create_array("a", shape=(4,), dtype="i1")
+    elif case.startswith("foreign-zarr"):
+        fmt = 2 if case.endswith("2") else 3
+        zarr.create_group(store=str(target), zarr_format=fmt).create_array("a", shape=(4,), dtype="i1")
+        zarr.consolidate_metadata(str(target))  # v2: a .zmetadata without root attributes
     else:
-        _create(plan, str(target))
+        _create(plan, str(target), zarr_format=2 if "v2" in case else 3)
         (target / "notes.txt").write_text("mine")
     before = _snapshot(target) if target.is_dir() else {"": target.read_bytes()}
     with pytest.raises(ConfigError) as err:
@@ -228,8 +267,14 @@ def test_overwrite_replaces_a_store_of_the_pipeline_and_exit_2_otherwise(tmp_pat
     (target / "B01" / "c" / "0" / "0" / "0").write_bytes(b"stale chunk")
     with pytest.raises(ConfigError, match="--overwrite"):
         _create(plan, str(target), overwrite=False)
-    _create(plan, str(target), overwrite=True)
-    assert not (target / "B01" / "c").exists()
+    _create(plan, str(target), overwrite=True, zarr_format=2)  # a v3 store of ours, replaced by a v2 one
+    assert not (target / "B01" / "c").exists() and (target / "B01" / ".zarray").exists()
+    assert not layout.store_is_complete(str(target)) and layout.store_config(str(target))["pipeline_config_hash"]
+    (target / "B01" / "0.0.0").write_bytes(b"stale chunk")
+    with pytest.raises(ConfigError, match="--overwrite"):
+        _create(plan, str(target), overwrite=False)
+    _create(plan, str(target), overwrite=True)  # and back
+    assert not (target / "B01" / "0.0.0").exists() and not (target / ".zattrs").exists()
     other = tmp_path / "other"
     other.mkdir()
     (other / "data.csv").write_text("1,2")

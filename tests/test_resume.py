@@ -24,8 +24,10 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_sigkill_then_resume_gives_the_same_cube(tmp_path: Path, small_dir: Path) -> None:
+@pytest.mark.parametrize("zarr_format", [3, 2])
+def test_sigkill_then_resume_gives_the_same_cube(tmp_path: Path, small_dir: Path, zarr_format: int) -> None:
     sets = ["--set", "execution.partition_mb=0.05", "--set", "output.chunks={y: 64, x: 64}", "--workers", "1"]
+    sets += ["--set", f"output.zarr_format={zarr_format}"]
     killed_dir = tmp_path / "killed"
     killed_dir.mkdir()
     cfg = write_config(killed_dir, str(small_dir / "**" / "*.tif"))
@@ -61,6 +63,7 @@ def test_sigkill_then_resume_gives_the_same_cube(tmp_path: Path, small_dir: Path
     clean = write_config(clean_dir, str(small_dir / "**" / "*.tif"))
     assert _run(str(clean), *sets).returncode == 0
     a, b = zarr.open_group(str(store), mode="r"), zarr.open_group(str(clean_dir / "out.zarr"), mode="r")
+    assert a.metadata.zarr_format == b.metadata.zarr_format == zarr_format
     for band in ("B01", "B02", "B04", "B11"):
         np.testing.assert_array_equal(a[band][:], b[band][:])
 

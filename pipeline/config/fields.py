@@ -30,6 +30,9 @@ Engine = Literal["auto", "kernels", "gdal"]
 Codec = Literal["zstd", "blosc", "gzip", "none"]
 
 
+ZarrFormat = Literal[2, 3]
+
+
 Device = Literal["auto", "cpu", "gpu"]
 
 

@@ -49,6 +49,7 @@ from pipeline.config.fields import (
     PosInt,
     PosNumber,
     Resampling,
+    ZarrFormat,
     as_assets,
     as_bands,
     as_bounds,
@@ -215,7 +216,7 @@ class CompressionConfig(Section):
 
 
 class OutputConfig(Section):
-    """The Zarr v3 store."""
+    """The Zarr store."""
 
     path: PathStr = Field(description="Where to write the store: a local path or s3://bucket/prefix/cube.zarr.")
     chunks: ChunksConfig = Field(
@@ -226,6 +227,11 @@ class OutputConfig(Section):
     )
     shards: ShardsConfig | None = Field(
         None, description="Zarr v3 shards {y, x}, multiples of chunks: one object per shard; null: one per chunk."
+    )
+    zarr_format: ZarrFormat = Field(
+        3,
+        description="3: Zarr v3 (zarr.json). 2: Zarr v2 (.zgroup/.zarray/.zattrs, consolidated .zmetadata), "
+        "for readers without Zarr v3: GDAL before 3.12, zarr-python 2, older xarray. No shards with 2.",
     )
 
     @model_validator(mode="before")
@@ -239,6 +245,11 @@ class OutputConfig(Section):
 
     @model_validator(mode="after")
     def _shards_are_multiples(self) -> OutputConfig:
+        if self.shards is not None and self.zarr_format == 2:
+            raise ConfigError(
+                "shards",
+                "Zarr v2 has no shards, and output.zarr_format is 2: set output.shards: null, or output.zarr_format: 3",
+            )
         if self.shards is not None:
             for axis in ("y", "x"):
                 s, c = getattr(self.shards, axis), getattr(self.chunks, axis)
@@ -439,8 +450,11 @@ class Config(Section):
             "resampling_engine": self.resampling_engine,
             "fuse": self.fuse,
         }
-        if i.alternate is not None:  # only where set: the hashes of stores written without the key stay
+        # Only where set, so that the hash of every store written without these keys stays what it was.
+        if i.alternate is not None:
             flat["inputs.alternate"] = i.alternate
+        if o.zarr_format != 3:
+            flat["output.zarr_format"] = o.zarr_format
         return json.loads(json.dumps(flat, sort_keys=True, default=str))
 
     def output_hash(self) -> str:
@@ -532,7 +546,8 @@ def _problem(err: Any) -> tuple[str, str]:
         desc = _at(names[:-1]).get(names[-1], (None, None))[1] if names else None
         return key, "is required" + (f": {desc}" if desc else "")
     if kind == "literal_error":
-        choices = re.findall(r"'((?:[^'\\]|\\.)*)'", str(ctx.get("expected", "")))
+        expected = str(ctx.get("expected", ""))
+        choices = re.findall(r"'((?:[^'\\]|\\.)*)'", expected) or re.split(r", | or ", expected)  # ints: unquoted
         return key, f"must be one of {' | '.join(choices)}, got {_got(value)}"
     simple = {
         "model_type": "must be a mapping",

@@ -235,6 +235,7 @@ def _prepare_store(config: Config, plan: Plan, *, overwrite: bool, resume: bool)
         overwrite=overwrite,
         storage=storage,
         shards_yx=config.output.shards_yx,
+        zarr_format=config.output.zarr_format,
     )
     return set()
 

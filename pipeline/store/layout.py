@@ -1,6 +1,6 @@
-"""The store's layout: the Zarr v3 metadata of every array, the template written before any chunk, what
-counts as a store of this pipeline (and so what ``--overwrite`` may remove), the resume journal's
-listing, and the completion written last."""
+"""The store's layout: the Zarr v3 metadata of every array (Zarr v2's: :mod:`.zarr2`), the template
+written before any chunk, what counts as a store of this pipeline (and so what ``--overwrite`` may
+remove), the resume journal's listing, and the completion written last."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from pipeline.storage import (
     split_url,
     write_bytes,
 )
+from pipeline.store import zarr2
 
 if TYPE_CHECKING:  # the model imports pydantic; workers need only its attributes
     from pipeline.config.model import StorageConfig
@@ -39,6 +40,11 @@ logger = logging.getLogger(__name__)
 
 JOURNAL_DIR = ".pipeline-journal"
 """Inside the store while it is incomplete: one empty object per finished partition."""
+
+ROOT_DOCS = ("zarr.json", zarr2.GROUP, zarr2.ATTRS, zarr2.CONSOLIDATED)
+"""The group's own metadata objects, Zarr v3 and v2."""
+ARRAY_DOCS = ("zarr.json", zarr2.ARRAY)
+"""The object that makes a folder an array, Zarr v3 and v2."""
 
 
 def _codecs_json(codec: str, level: int, dtype: np.dtype[Any]) -> list[dict[str, Any]]:
@@ -139,9 +145,23 @@ def _local_missing(path: str) -> bool:
 
 
 def _root_json(path: str, storage: StorageConfig | None) -> dict[str, Any] | None:
+    """The group's ``zarr.json``; for a Zarr v2 store, a document of the same shape whose attributes are
+    the consolidated ``.zmetadata``'s (written last, so completion is judged there) or, before
+    finalisation, ``.zattrs`` (never complete); None: no group."""
     if _local_missing(path):
         return None
-    return get_json(output_store(path, storage), "zarr.json")
+    store = output_store(path, storage)
+    root = get_json(store, "zarr.json")
+    if root is not None:
+        return root
+    consolidated = get_json(store, zarr2.CONSOLIDATED)
+    if consolidated is not None:
+        attrs = (consolidated.get("metadata") or {}).get(zarr2.ATTRS)
+        return {"zarr_format": 2, "attributes": attrs if isinstance(attrs, dict) else {}}
+    attrs = get_json(store, zarr2.ATTRS)
+    if attrs is not None:
+        return {"zarr_format": 2, "attributes": {**attrs, "pipeline_complete": False}}
+    return {"zarr_format": 2, "attributes": {}} if read_bytes(store, zarr2.GROUP) is not None else None
 
 
 def store_is_complete(path: str, storage: StorageConfig | None = None) -> bool:
@@ -205,7 +225,7 @@ def inspect_output(path: str, storage: StorageConfig | None = None) -> str | Non
         if not entries:
             return None
         top = set(entries)
-        dirs = {e for e in entries if os.path.isfile(os.path.join(path, e, "zarr.json"))}
+        dirs = {e for e in entries if any(os.path.isfile(os.path.join(path, e, doc)) for doc in ARRAY_DOCS)}
     else:
         store = output_store(path, storage)
         bucket, prefix = split_url(path)
@@ -223,11 +243,13 @@ def inspect_output(path: str, storage: StorageConfig | None = None) -> str | Non
             return None
         dirs = set()
         for name in prefixes:
-            try:
-                obstore.head(store, f"{name}/zarr.json")
-                dirs.add(name)
-            except FileNotFoundError:
-                pass
+            for doc in ARRAY_DOCS:
+                try:
+                    obstore.head(store, f"{name}/{doc}")
+                    dirs.add(name)
+                    break
+                except FileNotFoundError:
+                    pass
         entries = sorted(top | set(prefixes))
         top |= set(prefixes)
     try:
@@ -239,7 +261,7 @@ def inspect_output(path: str, storage: StorageConfig | None = None) -> str | Non
     if not _ours(root):
         return "is a Zarr store this pipeline did not write (its attributes have no pipeline_config_hash)"
     # obstore's local puts stage beside the target as "name#N": an interrupted put leaves one behind.
-    foreign = [e for e in top if not (e == "zarr.json" or e.startswith("zarr.json#") or e == JOURNAL_DIR or e in dirs)]
+    foreign = [e for e in top if not (e.split("#")[0] in ROOT_DOCS or e == JOURNAL_DIR or e in dirs)]
     if foreign:
         return f"holds a store of this pipeline and also objects it did not write ({_names(foreign)})"
     return ""
@@ -274,6 +296,26 @@ def check_output_path(path: str, storage: StorageConfig | None, *, overwrite: bo
         delete_keys(store, [k for k, _ in list_keys(store)])
 
 
+BAND_DIMS = ("time", "y", "x")
+
+
+@dataclass(frozen=True)
+class _Array:
+    """One array of the template, in either format."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    chunks: tuple[int, ...]
+    fill: Any
+    codec: str
+    level: int
+    dims: list[str] | None
+    attrs: dict[str, Any]
+    values: np.ndarray | None = None
+    """Its one chunk, written with the template (coordinates); None: written by the tasks, or never."""
+
+
 def create_store(
     plan: Plan,
     path: str,
@@ -285,14 +327,18 @@ def create_store(
     overwrite: bool,
     storage: StorageConfig | None = None,
     shards_yx: tuple[int, int] | None = None,
+    zarr_format: int = 3,
 ) -> None:
     """Write the store template, after :func:`check_output_path`.
 
     Written as JSON (no xarray/dask/zarr-python: importing them cost the driver over a second), in the
-    layout ``xarray.open_zarr`` and rioxarray read: ``dimension_names``, CF ``time`` units, a
-    ``spatial_ref`` grid mapping linked from every band. The group's ``zarr.json`` goes first, so an
-    interrupted creation still leaves a store that ``--overwrite`` recognises as this pipeline's.
+    layout ``xarray.open_zarr``, rioxarray and GDAL read: dimension names, CF ``time`` units, a
+    ``spatial_ref`` grid mapping linked from every band. The group's attributes go first (``zarr.json``;
+    in Zarr v2 ``.zattrs``, then ``.zgroup``), so an interrupted creation still leaves a store that
+    ``--overwrite`` recognises as this pipeline's. ``zarr_format`` 2: :mod:`.zarr2`'s spelling, no shards.
     """
+    if zarr_format == 2 and shards_yx is not None:
+        raise ConfigError("output.shards", "Zarr v2 has no shards: set output.shards: null, or output.zarr_format: 3")
     check_output_path(path, storage, overwrite=overwrite)
     grid = plan.grid
     ch, cw = grid.chunks_yx
@@ -306,52 +352,56 @@ def create_store(
         "resampling": {b.name: b.resampling for b in plan.bands},
         "fuse": plan.fuse,
     }
+    i8 = np.dtype("int64")
+    arrays: list[_Array] = []
+    coords: dict[str, tuple[np.ndarray, dict[str, Any]]] = {
+        "time": (seconds, {"units": "seconds since 1970-01-01", "calendar": "proleptic_gregorian"}),
+        "y": (grid.y_coords(), {}),
+        "x": (grid.x_coords(), {}),
+    }
+    for name, (values, extra) in coords.items():  # one uncompressed chunk each
+        values = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("<"))
+        arrays.append(_Array(name, values.shape, values.dtype, values.shape, 0, "none", 0, [name], extra, values))
+    crs_attrs = grid_mapping_attrs(grid.crs, grid.transform)
+    arrays.append(_Array("spatial_ref", (), i8, (), 0, "zstd", 0, None, crs_attrs))
+    band_attrs = {"grid_mapping": "spatial_ref", "coordinates": "spatial_ref"}
+    for b in plan.bands:
+        dtype = np.dtype(b.dtype)
+        fill = np.nan if math.isnan(b.nodata) else b.nodata
+        attrs_b = {**band_attrs, **dict(b.attrs)}
+        if zarr_format == 3:  # xarray keeps v3's _FillValue in the attributes; in v2, fill_value is it
+            attrs_b = {"_FillValue": _fill_attr(b.nodata, dtype), **attrs_b}
+        else:  # GDAL before 3.9 reads no grid mapping
+            attrs_b["_CRS"] = zarr2.gdal_crs(crs_attrs["crs_wkt"])
+        arrays.append(_Array(b.name, shape, dtype, (1, ch, cw), fill, codec, level, list(BAND_DIMS), attrs_b))
     try:
         store = output_store(path, storage)
-        _put_json(
-            store,
-            "zarr.json",
-            {"attributes": attrs, "zarr_format": 3, "consolidated_metadata": None, "node_type": "group"},
-        )
-        coords: dict[str, tuple[np.ndarray, dict[str, Any]]] = {
-            "time": (seconds, {"units": "seconds since 1970-01-01", "calendar": "proleptic_gregorian"}),
-            "y": (grid.y_coords(), {}),
-            "x": (grid.x_coords(), {}),
-        }
-        for name, (values, extra) in coords.items():  # one uncompressed chunk each
-            values = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("<"))
+        if zarr_format == 2:
+            _put_json(store, zarr2.ATTRS, attrs)
+            _put_json(store, zarr2.GROUP, {"zarr_format": 2})
+        else:
             _put_json(
                 store,
-                f"{name}/zarr.json",
-                _array_json(
-                    values.shape, values.dtype, values.shape, 0, _codecs_json("none", 0, values.dtype), [name], extra
-                ),
+                "zarr.json",
+                {"attributes": attrs, "zarr_format": 3, "consolidated_metadata": None, "node_type": "group"},
             )
-            write_bytes(store, f"{name}/c/0", values.tobytes())
-        i8 = np.dtype("int64")
-        crs_attrs = grid_mapping_attrs(grid.crs, grid.transform)
-        crs_json = _array_json((), i8, (), 0, _codecs_json("zstd", 0, i8), None, crs_attrs)
-        _put_json(store, "spatial_ref/zarr.json", crs_json)
-        band_attrs = {"grid_mapping": "spatial_ref", "coordinates": "spatial_ref"}
-        for b in plan.bands:
-            dtype = np.dtype(b.dtype)
-            codecs = _codecs_json(codec, level, dtype)
-            grid_shape: tuple[int, ...] = (1, ch, cw)
-            if shards_yx is not None:
-                codecs, grid_shape = sharding_json(codecs, (1, ch, cw)), (1, *shards_yx)
-            _put_json(
-                store,
-                f"{b.name}/zarr.json",
-                _array_json(
-                    shape,
-                    dtype,
-                    grid_shape,
-                    np.nan if math.isnan(b.nodata) else b.nodata,
-                    codecs,
-                    ["time", "y", "x"],
-                    {"_FillValue": _fill_attr(b.nodata, dtype), **band_attrs, **dict(b.attrs)},
-                ),
-            )
+        for a in arrays:
+            band = a.dims == list(BAND_DIMS)
+            if zarr_format == 2:  # coordinates get no fill value: xarray would make it their _FillValue
+                compressor = zarr2.compressor_json(a.codec, a.level)
+                zarray = zarr2.zarray_json(a.shape, a.dtype, a.chunks, a.fill if band else None, compressor)
+                _put_json(store, f"{a.name}/{zarr2.ATTRS}", zarr2.zattrs_json(a.attrs, a.dims))
+                _put_json(store, f"{a.name}/{zarr2.ARRAY}", zarray)
+                key = zarr2.chunk_key(a.name, (0,) * len(a.shape))
+            else:
+                codecs, grid_shape = _codecs_json(a.codec, a.level, a.dtype), a.chunks
+                if shards_yx is not None and band:
+                    codecs, grid_shape = sharding_json(codecs, a.chunks), (1, *shards_yx)
+                doc = _array_json(a.shape, a.dtype, grid_shape, a.fill, codecs, a.dims, a.attrs)
+                _put_json(store, f"{a.name}/zarr.json", doc)
+                key = f"{a.name}/c/0"
+            if a.values is not None:
+                write_bytes(store, key, a.values.tobytes())
     except Exception as e:  # OSError locally, obstore's errors remotely
         raise StoreError(f"cannot create the output store {path}: {redact(str(e))}") from None
 
@@ -389,7 +439,9 @@ def finalize_store(path: str, storage: StorageConfig | None = None) -> StoreUsag
     """Drop the journal, mark complete, consolidate metadata; return what the store holds.
 
     Consolidated metadata (zarr-python's extension to v3, which xarray reads in one request) is every
-    child's ``zarr.json`` inlined in the root's, as ``zarr.consolidate_metadata`` writes it (tested)."""
+    child's ``zarr.json`` inlined in the root's, as ``zarr.consolidate_metadata`` writes it (tested); one
+    put marks the store complete and consolidates it. In Zarr v2 the group's ``.zattrs`` is marked first,
+    then ``.zmetadata`` (what xarray and GDAL read) is written last, and completion is judged there."""
     import obstore
 
     try:
@@ -397,24 +449,46 @@ def finalize_store(path: str, storage: StorageConfig | None = None) -> StoreUsag
         delete_keys(store, [k for k, _ in list_keys(store, JOURNAL_DIR)])
         if scheme(path) == "file":
             shutil.rmtree(os.path.join(path, JOURNAL_DIR), ignore_errors=True)
-        root = get_json(store, "zarr.json")
-        if root is None:
-            raise FileNotFoundError(f"{path}/zarr.json")
-        root.setdefault("attributes", {})["pipeline_complete"] = True
-        children = {}
         names = [p.rstrip("/").rsplit("/", 1)[-1] for p in obstore.list_with_delimiter(store)["common_prefixes"]]
-        for name in sorted(names):
-            child = get_json(store, f"{name}/zarr.json")
-            if child is not None:
-                children[name] = child
-        root["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": children}
-        _put_json(store, "zarr.json", root)
+        root = get_json(store, "zarr.json")
+        if root is None and read_bytes(store, zarr2.GROUP) is not None:
+            bands, prefix = _finalize_v2(store, sorted(names))
+        else:
+            if root is None:
+                raise FileNotFoundError(f"{path}/zarr.json")
+            root.setdefault("attributes", {})["pipeline_complete"] = True
+            children = {}
+            for name in sorted(names):
+                child = get_json(store, f"{name}/zarr.json")
+                if child is not None:
+                    children[name] = child
+            root["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": children}
+            _put_json(store, "zarr.json", root)
+            bands = [n for n, c in children.items() if c.get("dimension_names") == list(BAND_DIMS)]
+            prefix = "c/"
         keys = list_keys(store)
     except Exception as e:
         raise StoreError(f"cannot finalise the output store {path}: {redact(str(e))}") from None
-    bands = tuple(f"{n}/c/" for n, c in children.items() if c.get("dimension_names") == ["time", "y", "x"])
-    data = [size for k, size in keys if k.startswith(bands)]
+    starts = tuple(f"{n}/{prefix}" for n in bands)
+    data = [size for k, size in keys if k.startswith(starts) and not k.rsplit("/", 1)[-1].startswith(".")]
     return StoreUsage(bytes=sum(size for _, size in keys), data_objects=len(data), data_bytes=sum(data))
+
+
+def _finalize_v2(store: Any, names: list[str]) -> tuple[list[str], str]:
+    """Mark a Zarr v2 store complete: ``.zattrs``, then the consolidated ``.zmetadata``; its band arrays."""
+    attrs = get_json(store, zarr2.ATTRS)
+    if attrs is None:
+        raise FileNotFoundError(zarr2.ATTRS)
+    attrs["pipeline_complete"] = True
+    children: dict[str, dict[str, Any]] = {}
+    for name in names:
+        docs = {doc: get_json(store, f"{name}/{doc}") for doc in (zarr2.ARRAY, zarr2.ATTRS)}
+        if docs[zarr2.ARRAY] is not None:
+            children[name] = {doc: value if value is not None else {} for doc, value in docs.items()}
+    _put_json(store, zarr2.ATTRS, attrs)
+    _put_json(store, zarr2.CONSOLIDATED, zarr2.consolidated_json(attrs, children))
+    bands = [n for n, c in children.items() if c[zarr2.ATTRS].get("_ARRAY_DIMENSIONS") == list(BAND_DIMS)]
+    return bands, ""
 
 
 def store_size(path: str, storage: StorageConfig | None = None) -> int:

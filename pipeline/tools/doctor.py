@@ -14,6 +14,19 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
+def _gdal_reads(version: str) -> str:
+    """Which of the store's layouts this GDAL opens, and what to set where it opens no v3."""
+    from pipeline.store.zarr2 import GDAL_READS_FROM, gdal_reads
+
+    reads = gdal_reads(version)
+    names = {"v2": "Zarr v2", "v3": "Zarr v3", "v3-sharded": "sharded Zarr v3"}
+    text = ", ".join(names[r] for r in reads) or "none of the store's layouts"
+    if "v3" not in reads:
+        major, minor = GDAL_READS_FROM["v3"]
+        text += f" (Zarr v3 needs GDAL {major}.{minor}+: set output.zarr_format: 2 for stores it must read)"
+    return text
+
+
 def collect() -> dict[str, str]:
     """Versions, cores, memory and the GPU verdict of this machine, as ``pipeline doctor`` prints them."""
     import rasterio
@@ -37,6 +50,7 @@ def collect() -> dict[str, str]:
         "memory": mem_text,
         "GDAL": rasterio.__gdal_version__,
         "drivers": ", ".join(f"{d} {'yes' if d in drivers else 'NO'}" for d in ("GTiff", "COG", "Zarr")),
+        "GDAL reads": _gdal_reads(rasterio.__gdal_version__) if "Zarr" in drivers else "no Zarr store (no driver)",
     }
     for dist in ("rasterio", "pyproj", "numpy", "xarray", "rioxarray", "zarr", "dask", "distributed"):
         out[dist] = _version(dist)
