@@ -1,30 +1,36 @@
-"""STAC items in, the catalog's tile table out: one row per (item, band asset).
+"""The STAC source: items in, the tile table's rows out (one per item and wanted band), for
+:mod:`pipeline.inputs.catalog` to finish.
 
 Sources (``inputs``): ``stac`` names an ItemCollection (``.json``), a static catalog
 (``catalog.json``, followed to its items by pystac) or a stac-geoparquet file (``.parquet``, read
-column-wise with pyarrow, never turned into Python dicts); ``stac_search`` queries a STAC API with
-pystac-client. ``assets`` maps band names to asset keys (None: every raster asset, named by its key);
-``groupby`` turns item times into time steps.
+column-wise by :mod:`pipeline.inputs.stac_parquet`, never turned into Python dicts); ``stac_search``
+queries a STAC API with pystac-client. ``assets`` maps band names to asset keys, a multi-band asset's
+band as ``key.N`` or ``key.name`` (None: every single-band raster asset, named by its key);
+``alternate`` reads assets from an alternate href; ``groupby`` turns item times into time steps. Where
+each field is found (STAC 1.0 and 1.1) is :mod:`pipeline.inputs.stac_fields`'s.
 
-Rules, as odc-stac applies them:
+Rules, as odc-stac applies them where it has one:
 
-* The projection extension (``proj:code`` or ``proj:epsg``, ``proj:transform``, ``proj:shape``; on the
-  asset or the item) and ``raster:bands`` ``data_type`` plan an asset without opening it. An asset
-  lacking either is opened (its header read as :func:`pipeline.inputs.catalog.read_header` does), and
-  ``Catalog.headers_read`` counts them.
-* ``raster:bands[0]`` gives ``nodata``, ``data_type``, ``scale`` and ``offset``; scale and offset become
-  the output band's CF attributes ``scale_factor``/``add_offset`` (values are not altered).
-* Assets planned from metadata have no known overviews (read at full resolution: slower at coarse
-  grids, never wrong) and no known block shape (``block_x/_y`` = 0); opened ones get the real values.
+* The projection extension (a CRS, ``proj:transform``, ``proj:shape``; on the asset or the item) and a
+  ``data_type`` plan an asset without opening it. The overviews are the files': one header is read per
+  group of such assets sharing (collection, band, shape, pixel size), and the group takes its overview
+  sizes, blocks and (where the item gives no nodata) the file's nodata; a group whose sample cannot be
+  opened tries its next asset. An asset lacking the extension is opened itself. ``Catalog.headers_read``
+  counts both; the read checks each file's level geometry against the plan.
+* Nodata: the item's, else the file's (``nodata_from`` says which); scale, offset and unit become the
+  output band's CF ``scale_factor``/``add_offset``/``units`` (values are not altered); a band with
+  ``classification:classes`` or ``bitfields`` is categorical (mode where the rest blend).
 * Time is ``datetime`` (else ``start_datetime``). ``groupby``: ``solar_day`` (odc-stac's: UTC time plus
-  longitude/15 hours, date part; longitude = centre of the item's bbox; the step is that date at 00:00),
-  ``time`` (the exact timestamp), ``none`` (one step, at the earliest time).
+  longitude/15 hours, date part; longitude = centre of the item's bbox; each step labelled by its
+  earliest item's time, as odc-stac labels it), ``time`` (the exact timestamp), ``none`` (one step, at
+  the earliest time).
 * Overlapping assets of one step fuse in href order, as globbed files fuse in path order, so a cube does
   not depend on how its tiles were found.
-* An item without a wanted asset is skipped and listed (``{path: item id, error}``); a broken href is
-  listed when its header is read or, for assets planned from metadata, when a task reads it.
-* Relative hrefs resolve against the item's ``self`` link, else the ItemCollection/catalog/parquet file;
-  ``s3://`` and ``https://`` hrefs stay URLs.
+* An item without a wanted asset or band is skipped and listed (``{path: item id, error}``); a broken
+  href is listed when its header is read or, for assets planned from metadata, when a task reads it.
+* Relative hrefs resolve against the item's ``self`` link, else the document; an item copied from a
+  catalogue whose ``self`` link still points there resolves beside the local document where the file
+  is. ``s3://`` and ``https://`` hrefs stay URLs. An empty search or collection is a config error.
 """
 
 from __future__ import annotations
