@@ -48,6 +48,7 @@ def test_clean_run_warns_on_nothing(clean: dict[str, Any]) -> None:
         "chunk_size",
         "partition_size",
         "overviews",
+        "nodata",
         "worker_memory",
         "gpu_windows",
     }

@@ -105,12 +105,18 @@ def test_glob_matches_gdal_at_rounded_down_overview_levels(glob_run: tuple[Any, 
 
 
 def test_files_without_nodata_and_no_inputs_nodata_warn(world: RealWorld, tmp_path: Path) -> None:
-    """Without ``inputs.nodata`` the swath edge's zeros are data: the run says so, and names the key."""
+    """Without any nodata value the reads take the output's fill (0) as nodata: the run says so and names
+    the key; setting it removes the warning (and here, where 0 is the fill, changes no pixel)."""
     inputs = {"paths": [str(world.root / "*" / "T32TNS_B01.tif")], "pattern": PATTERN}
     result, _ = _run(tmp_path, inputs)
     assert result.report["inputs"]["bands"]["B01"]["nodata_from"] == "none"
     check = next(d for d in result.report["diagnostics"] if d["check"] == "nodata")
     assert check["status"] == "warn" and "B01" in check["detail"] and "inputs.nodata" in check["advice"]
+    ds = xr.open_zarr(tmp_path / "out.zarr", mask_and_scale=False)
+    fixed, fixed_ds = _run(tmp_path / "fixed", {**inputs, "nodata": 0})  # the advice, followed
+    assert next(d for d in fixed.report["diagnostics"] if d["check"] == "nodata")["status"] == "ok"
+    assert fixed.report["inputs"]["bands"]["B01"]["nodata_from"] == "config"
+    assert np.array_equal(ds["B01"].values, fixed_ds["B01"].values)
 
 
 def _same_bits(ds: xr.Dataset, ref: xr.Dataset, bands: tuple[str, ...] = S2_BANDS) -> None:

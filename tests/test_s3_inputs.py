@@ -234,9 +234,12 @@ def test_reads_through_a_faulty_network_give_the_same_cube_and_count_retries(
     assert r.returncode == 0, r.stderr
     report = json.loads((tmp_path / "out.report.json").read_text())
     assert_same_cube(local_cfg.output.path, str(tmp_path / "out.zarr"))
-    # Every fault on a GDAL read was retried and counted; the listing's faults are obstore's to retry.
+    # The faults on GDAL reads were retried (the cube is the same) and the retries GDAL logged counted, no
+    # more than faults there were. GDAL does not log every retry ("Retrying again in"): a fault met by a
+    # caller re-reading, rather than by the request's own retry, is not, so the count is a lower bound
+    # whose value depends on which requests the seed faults. The listing's faults are obstore's.
     gdal_faults = [line for line in proxy.faulted if "list-type=" not in line]
-    assert gdal_faults and report["network"]["retries"] == len(gdal_faults), proxy.faulted
+    assert gdal_faults and 0 < report["network"]["retries"] <= len(gdal_faults), proxy.faulted
     assert "Retrying" not in r.stderr  # -q: counted, not printed
 
 

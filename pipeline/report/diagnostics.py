@@ -433,9 +433,9 @@ def _check_overviews(report: dict[str, Any]) -> dict[str, str]:
 
 
 def _check_nodata(report: dict[str, Any]) -> dict[str, str]:
-    """Integer bands with no nodata value at all (no file, STAC item or ``inputs.nodata`` gives one): their
-    fill (0 at a swath edge, in files without a nodata tag such as Sentinel-2's JP2s) is resampled and
-    fused as data."""
+    """Integer bands with no nodata value at all (no file, STAC item or ``inputs.nodata`` gives one, as for
+    Sentinel-2's JP2s): the reads take the output's fill (0) as their nodata, which drops real zeros and
+    keeps any other fill as data, so the user should say which value is fill."""
     bands = report.get("inputs", {}).get("bands") or {}
     dtypes = report.get("output", {}).get("dtypes") or {}
     missing = sorted(
@@ -447,8 +447,9 @@ def _check_nodata(report: dict[str, Any]) -> dict[str, str]:
         "nodata",
         bool(missing),
         f"band(s) {', '.join(missing)} have no nodata value" if missing else "every integer band has a nodata value",
-        f"neither the files, the STAC items nor the config give {', '.join(missing)} a nodata value, so their fill "
-        "(0 at a swath edge) is averaged and fused as data: set inputs.nodata (e.g. 0) if the files have a fill",
+        f"neither the files, the STAC items nor the config give {', '.join(missing)} a nodata value, so the "
+        "output's fill (0) is taken as theirs: a real 0 is dropped and any other fill value is averaged in as "
+        "data; set inputs.nodata to the files' fill value",
     )
 
 

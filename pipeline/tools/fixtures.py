@@ -234,13 +234,14 @@ def write_fixtures(
     return paths
 
 
-def _cog_overviews(size: int, block: int = 256) -> list[int]:
-    """The overview factors GDAL's COG driver makes (OVERVIEWS=AUTO): halve until one block holds it."""
-    factors, f = [], 2
-    while math.ceil(size / (f // 2)) > block:
-        factors.append(f)
-        f *= 2
-    return factors
+def _cog_overview_sizes(size: int, block: int = 256) -> list[int]:
+    """The overview sizes GDAL's COG driver makes for a square ``size`` (OVERVIEWS=AUTO), flat [w0, h0,
+    ...]: halve, rounding down, until one block holds a level."""
+    sizes, level = [], size
+    while level > block:
+        level //= 2
+        sizes += [level, level]
+    return sizes
 
 
 def _grid_for(count: int, per: int) -> tuple[int, int]:
@@ -300,7 +301,7 @@ def write_virtual_index(
                         "file_nodata": float(NODATA),
                         "block_x": 256,
                         "block_y": 256,
-                        "overviews": _cog_overviews(n),
+                        "overview_sizes": _cog_overview_sizes(n),
                         "tag_date": date,
                         # ZSTD+predictor on these values compresses to ~44% (measured on the real preset).
                         "size": int(n * n * 2 * 0.44),
