@@ -260,6 +260,19 @@ def test_downsampling_without_overviews_warns_and_overviews_remove_it(tmp_path: 
     assert "overviews" not in warned(fixed), fixed["diagnostics"]
 
 
+def test_a_method_that_reads_no_overviews_warns_and_a_blending_one_removes_it(tmp_path: Path, small_dir: Path) -> None:
+    """The files have overviews, but nearest reads full resolution: 4 bytes read per byte written for the
+    10 m bands at 20 m. The advice names the cause (the method), and average, which reads them, removes it."""
+    path = write_config(tmp_path, str(small_dir / "**" / "*.tif"), resampling="nearest")
+    report = run(load_config(path)).report
+    assert "overviews" in warned(report), report["diagnostics"]
+    assert report["plan"]["full_with_overviews"] == 16  # B02 and B04 on 2 dates, 4 tiles each
+    assert "use a blending resampling" in advice(report, "overviews")
+    fixed = run(load_config(path, ["resampling=average"]), overwrite=True).report
+    assert fixed["plan"]["full_with_overviews"] == 8  # B11 (20 m): its overviews are coarser than the grid
+    assert "overviews" not in warned(fixed), fixed["diagnostics"]
+
+
 def test_gpu_forced_on_tiny_windows_warns_gpu_windows(clean: dict[str, Any]) -> None:
     """No GPU here: the decisions ``device: gpu`` forces are planted in a real run's report."""
     report = copy.deepcopy(clean)
