@@ -279,3 +279,19 @@ def test_dict_and_arrow_readers_agree_on_real_item_shapes(shape: str, world: Rea
         assert (
             int(d["bidx"][list(d["band"]).index("TCI_R")]) == 1 and d["dtype"][list(d["band"]).index("SCL")] == "uint8"
         )
+
+
+def test_overview_sizes_by_gdal_and_by_rasterio_agree(world: RealWorld, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sizes read through GDAL's C API equal rasterio's per-level opens, which serve where the
+    library cannot be loaded; both are the COG driver's rounded-down sizes."""
+    import rasterio
+
+    import pipeline.inputs.netstats as netstats
+    from pipeline.inputs.headers import _overview_sizes
+
+    path = world.files["B11"]
+    with rasterio.open(path) as ds:
+        count = len(ds.overviews(1))
+    fast = _overview_sizes(path, count)
+    monkeypatch.setattr(netstats, "gdal_library", lambda: None)
+    assert fast == _overview_sizes(path, count) == [2745, 2745, 1372, 1372, 686, 686, 343, 343]

@@ -50,6 +50,28 @@ def _gdal() -> Any:
     return _state["lib"] or None
 
 
+def gdal_library() -> Any:
+    """rasterio's libgdal with the signatures of the few dataset calls this package makes (opening a
+    dataset and reading its overview sizes), or None where it cannot be loaded."""
+    lib = _gdal()
+    if lib is None:
+        return None
+    if not getattr(lib, "_pipeline_signatures", False):
+        vp = ctypes.c_void_p
+        lib.GDALOpenEx.restype = vp
+        lib.GDALOpenEx.argtypes = [ctypes.c_char_p, ctypes.c_uint, vp, vp, vp]
+        lib.GDALGetRasterBand.restype = vp
+        lib.GDALGetRasterBand.argtypes = [vp, ctypes.c_int]
+        lib.GDALGetOverviewCount.argtypes = [vp]
+        lib.GDALGetOverview.restype = vp
+        lib.GDALGetOverview.argtypes = [vp, ctypes.c_int]
+        lib.GDALGetRasterBandXSize.argtypes = [vp]
+        lib.GDALGetRasterBandYSize.argtypes = [vp]
+        lib.GDALClose.argtypes = [vp]
+        lib._pipeline_signatures = True
+    return lib
+
+
 class _RetryCounter(logging.Filter):
     """Counts GDAL's retry warnings as rasterio logs them. The logger it sits on is opened to WARNING
     so they are counted under ``-q`` too; records go on only at the level the ``rasterio`` logger
