@@ -260,3 +260,18 @@ def test_bands_about_a_partition_in_size_are_never_split() -> None:
     bounds = pack_partitions(costs, float(costs.sum()) / 25 * 0.999, group_start=group_start)
     assert set(bounds[:-1].tolist()) <= set(group_start.tolist())
     assert len(bounds) - 1 >= 20
+
+
+def test_overview_levels_as_gdalwarp_picks_them_from_declared_sizes() -> None:
+    """A 5490 px band whose levels GDAL's COG driver sized 2745 and 1372 (rounded down): an 80 m grid from
+    20 m reads level 0 (level 1's decimation, 4.0015, is over the grid's 4), 80.1 m reads level 1."""
+    from pipeline.planning.windows import compute_levels, level_transforms
+
+    tiles = virtual_tiles([("EPSG:32632", 300000.0, 5000040.0, 5490, 5490, 20.0, "B11", "2024-06-01")])
+    tiles = tiles.assign(overview_sizes=np.array([[2745, 2745, 1372, 1372]], dtype=object))
+    assert compute_levels(tiles, "EPSG:32632", (80.0, 80.0), "average").tolist() == [0]
+    level = compute_levels(tiles, "EPSG:32632", (80.1, 80.1), "average")
+    assert level.tolist() == [1]
+    assert compute_levels(tiles, "EPSG:32632", (80.1, 80.1), "nearest").tolist() == [-1]
+    aff, lw, lh = level_transforms(tiles, level)
+    assert (lw[0], lh[0]) == (1372, 1372) and aff[0, 0] == 20.0 * 5490 / 1372

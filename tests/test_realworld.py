@@ -108,12 +108,12 @@ def test_files_without_nodata_and_no_inputs_nodata_warn(world: RealWorld, tmp_pa
     """Without any nodata value the reads take the output's fill (0) as nodata: the run says so and names
     the key; setting it removes the warning (and here, where 0 is the fill, changes no pixel)."""
     inputs = {"paths": [str(world.root / "*" / "T32TNS_B01.tif")], "pattern": PATTERN}
-    result, _ = _run(tmp_path, inputs)
+    result, _ = _run(tmp_path, inputs, resampling="average")
     assert result.report["inputs"]["bands"]["B01"]["nodata_from"] == "none"
     check = next(d for d in result.report["diagnostics"] if d["check"] == "nodata")
     assert check["status"] == "warn" and "B01" in check["detail"] and "inputs.nodata" in check["advice"]
     ds = xr.open_zarr(tmp_path / "out.zarr", mask_and_scale=False)
-    fixed, fixed_ds = _run(tmp_path / "fixed", {**inputs, "nodata": 0})  # the advice, followed
+    fixed, fixed_ds = _run(tmp_path / "fixed", {**inputs, "nodata": 0}, resampling="average")  # the advice
     assert next(d for d in fixed.report["diagnostics"] if d["check"] == "nodata")["status"] == "ok"
     assert fixed.report["inputs"]["bands"]["B01"]["nodata_from"] == "config"
     assert np.array_equal(ds["B01"].values, fixed_ds["B01"].values)
@@ -163,6 +163,15 @@ def test_earth_search_items_give_the_glob_bits_and_gdals_answer(
     assert ds["B04"].attrs["scale_factor"] == 0.0001 and ds["B04"].attrs["add_offset"] == -0.1
     assert "scale_factor" not in ds["SCL"].attrs
     _check_against_gdal(ds, {"TCI_R": (world.files["TCI"], 1), "B04": (world.files["B04"], 1)}, METHODS)
+
+
+def test_a_resampling_band_no_input_carries_is_exit_2(world: RealWorld, tmp_path: Path) -> None:
+    """A misspelt band in a per-band ``resampling`` is an error naming it, not a band silently averaged."""
+    from pipeline.errors import ConfigError
+
+    inputs = {"paths": [str(world.root / "*" / "T32TNS_SCL.tif")], "pattern": PATTERN}
+    with pytest.raises(ConfigError, match=r"'resampling'.*\['scl'\].*bands: \['SCL'\]"):
+        _run(tmp_path, inputs, resampling={"*": "average", "scl": "mode"})
 
 
 def test_cdse_stac_1_1_items_give_the_glob_bits(

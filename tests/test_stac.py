@@ -37,32 +37,40 @@ SCALE = {"B02": (0.0001, -0.1)}
 # --- pure rules ----------------------------------------------------------------------------------------
 
 
-def test_solar_day_shifts_by_longitude_across_the_utc_date() -> None:
-    t = np.array(["2024-06-01T22:30", "2024-06-01T22:30", "2024-06-02T01:00", "2024-06-02T01:00"], "datetime64[ns]")
-    lon = np.array([30.0, -30.0, -30.0, 10.0])  # +2 h, -2 h, -2 h, +40 min
-    days = compute_solar_day(t, lon)
-    assert list(days.astype(str)) == ["2024-06-02", "2024-06-01", "2024-06-01", "2024-06-02"]
-    steps = compute_time_steps(t, lon, "solar_day")
-    assert steps.dtype == np.dtype("datetime64[ns]")
-    # odc-stac's labels: each solar day by its earliest item; here both days' earliest items are at
-    # 2024-06-01T22:30, so the two steps are labelled by their days at 00:00 instead
-    assert list(np.unique(steps).astype(str)) == ["2024-06-01T00:00:00.000000000", "2024-06-02T00:00:00.000000000"]
+def test_solar_days_and_their_labels_are_odc_stacs() -> None:
+    """odc-stac's own grouping and labels (its _group_items and _extract_timestamps) on items around
+    midnight UTC, at grid-centre longitudes on both sides of the hour steps: the same steps, the same labels."""
+    import datetime as dt
 
+    from odc.stac._stac_load import _extract_timestamps, _group_items
+    from odc.stac.model import ParsedItem
 
-def test_solar_day_labels_match_odc_stac() -> None:
-    """odc-stac labels a solar day by the time of its earliest item, not by the day at 00:00."""
-    t = np.array(["2024-06-01T10:31", "2024-06-01T10:30:05", "2024-06-11T10:30"], "datetime64[ns]")
-    steps = compute_time_steps(t, np.array([9.0, 12.0, 9.0]), "solar_day")
-    assert list(steps.astype("datetime64[s]").astype(str)) == [
-        "2024-06-01T10:30:05",
-        "2024-06-01T10:30:05",
-        "2024-06-11T10:30:00",
-    ]
+    texts = ["2024-06-01T22:30", "2024-06-01T23:40", "2024-06-02T00:20", "2024-06-02T01:00", "2024-06-11T10:30"]
+    t = np.array(texts, "datetime64[ns]")
+    for lon in (-40.0, -7.4, 7.4, 16.0, 31.0, 170.0):
+
+        class Parsed:  # the two fields odc-stac's solar_day grouping reads
+            def __init__(self, k: int) -> None:
+                self.nominal_datetime = dt.datetime.fromisoformat(texts[k]).replace(tzinfo=dt.UTC)
+                self.id = f"item-{k}"
+
+            def solar_date_at(self, lon: float) -> dt.datetime:
+                return ParsedItem.solar_date_at(self, lon)  # type: ignore[arg-type]
+
+        parsed = [Parsed(k) for k in range(len(texts))]
+        groups = _group_items([None] * len(texts), parsed, "solar_day", lon)  # type: ignore[arg-type]
+        labels = _extract_timestamps([[parsed[k] for k in g] for g in groups])  # type: ignore[misc]
+        want = np.empty(len(texts), dtype="datetime64[ns]")
+        for g, label in zip(groups, labels, strict=True):
+            want[g] = np.datetime64(label)
+        got = compute_time_steps(t, lon, "solar_day")
+        assert list(got) == list(want), lon
+    assert compute_solar_day(t[:1], float("nan"))[0] == np.datetime64("2024-06-01")  # no longitude: UTC days
 
 
 def test_groupby_time_keeps_timestamps_and_none_makes_one_step() -> None:
     t = np.array(["2024-06-01T10:30:00.5", "2024-06-01T10:30:01", "2024-06-11T10:30"], "datetime64[ns]")
-    lon = np.zeros(3)
+    lon = 0.0
     assert np.array_equal(compute_time_steps(t, lon, "time"), t)
     assert len(np.unique(compute_time_steps(t, lon, "solar_day"))) == 2
     one = compute_time_steps(t, lon, "none")
@@ -373,3 +381,83 @@ def test_a_stac_search_that_matches_nothing_is_exit_2(stac_api: str, tmp_path: P
     )
     assert r.returncode == 2, r.stderr
     assert "inputs.stac_search" in r.stderr and "matched no item" in r.stderr and "no-such-collection" in r.stderr
+
+
+def test_dict_and_arrow_readers_agree_on_awkward_items(tmp_path: Path) -> None:
+    """Items that differ from each other as real catalogues' do: relative hrefs with absolute and relative
+    ``self`` links, a key first seen late, bands listed in another order per item, null and empty
+    ``proj:code``, a 3-D bbox. Both readers make the same asset table."""
+    import pyarrow.parquet as pq
+
+    from pipeline.inputs.stac import ASSET_COLUMNS, _as_arrays, asset_rows_from_items
+    from pipeline.inputs.stac_parquet import asset_rows_from_arrow, read_geoparquet_table
+
+    def item(k: int) -> dict[str, Any]:
+        names = ["red", "nir"] if k % 2 else ["nir", "red"]
+        assets: dict[str, Any] = {
+            "ms": {
+                "href": f"tiles/{k}_ms.tif",
+                "type": "image/tiff; application=geotiff",
+                "proj:code": "" if k == 1 else None if k == 2 else "EPSG:32632",
+                "proj:shape": [100, 100],
+                "proj:transform": [10.0, 0.0, 300000.0 + k, 0.0, -10.0, 5000000.0],
+                "bands": [{"name": n, "nodata": 0, "data_type": "uint16"} for n in names],
+                "roles": ["data"],
+            }
+        }
+        if k == 3:  # a key first seen in the last item
+            assets["late"] = {"href": "tiles/late.tif", "type": "image/tiff", "roles": ["data"]}
+        links = [{"rel": "self", "href": "https://cat.invalid/items/x.json" if k == 0 else "./items/x.json"}]
+        return {
+            "type": "Feature",
+            "stac_version": "1.1.0",
+            "id": f"item-{k}",
+            "collection": "c",
+            "bbox": [9.0, 45.0, 0.0, 10.0, 46.0, 100.0] if k == 2 else [9.0, 45.0, 10.0, 46.0],
+            "geometry": {"type": "Point", "coordinates": [9.5, 45.5]},
+            "properties": {"datetime": f"2024-06-0{k + 1}T10:30:00Z", "proj:epsg": 32632},
+            "links": links,
+            "assets": assets,
+        }
+
+    items = [item(k) for k in range(4)]
+    write_geoparquet(items, str(tmp_path / "items.parquet"))
+    base = str(tmp_path / "items.json")
+    for assets in ({"red": "ms.red", "nir": "ms.2"}, None):
+        skipped_d: list[dict[str, str]] = []
+        d = _as_arrays(asset_rows_from_items(items, assets, base, skipped_d))
+        for table in (
+            pq.read_table(tmp_path / "items.parquet"),
+            read_geoparquet_table(str(tmp_path / "items.parquet"), None, assets),
+        ):
+            skipped_a: list[dict[str, str]] = []
+            a = asset_rows_from_arrow(table, assets, base, skipped_a)
+            assert [s["path"] for s in skipped_a] == [s["path"] for s in skipped_d]
+            order_d = np.lexsort((d["band"].astype(str), d["item"].astype(str)))
+            order_a = np.lexsort((a["band"].astype(str), a["item"].astype(str)))
+            for c in ASSET_COLUMNS:
+                x, y = d[c][order_d], a[c][order_a]
+                same = np.array_equal(x, y, equal_nan=True) if x.dtype.kind == "f" else list(x) == list(y)
+                assert same, (assets, c, list(x), list(y))
+    red = asset_rows_from_items(items, {"red": "ms.red"}, base, [])
+    assert red["bidx"] == [2, 1, 2, 1]  # by name, item by item
+    assert red["crs"] == ["EPSG:32632"] * 4  # an empty or null proj:code falls back to the item's proj:epsg
+    assert red["href"][0] == "https://cat.invalid/items/tiles/0_ms.tif"
+    assert red["href"][1] == str(tmp_path / "items" / "tiles" / "1_ms.tif")  # a relative self link, joined first
+    assert red["lon"][2] == 9.5  # the 3-D bbox's xmin and xmax
+
+
+def test_a_group_whose_samples_fail_opens_each_asset(stac_dir: Path, tmp_path: Path) -> None:
+    """Four broken hrefs where the B04 group's samples would be: the group still gets the files'
+    overviews, from each of its assets' own headers, and only the broken ones are skipped."""
+    from pipeline.inputs.catalog import build_catalog
+
+    items = json.loads((stac_dir / "items.json").read_text())["features"]
+    for it in items[:4]:
+        it["assets"]["B04"]["href"] = "nowhere/B04.tif"
+    write_item_collection(items, str(tmp_path / "items.json"))
+    cfg = load_config(_config(tmp_path / "run", {"stac": str(tmp_path / "items.json")}, 20))
+    catalog = build_catalog(cfg)
+    b04 = catalog.tiles.rows(catalog.tiles["band"] == "B04")
+    assert len(b04) == len(items) - 4 and all(len(s) > 0 for s in b04["overview_sizes"])
+    assert sum("nowhere/B04.tif" in s["path"] for s in catalog.skipped) == 4

@@ -145,9 +145,12 @@ def summarise_inputs(catalog: Any) -> dict[str, Any]:
     """The inputs as the report and ``pipeline plan`` give them: files, bytes (from the listing, the
     files' sizes or STAC ``file:size``; ``bytes_unknown``: files whose size no source gave), headers
     read, and per band the nodata used and where it came from, with STAC's scale, offset and unit."""
-    sizes = catalog.tiles["size"]
+    paths = catalog.tiles["path"]  # sorted: a file of several bands counts once
+    first = np.ones(len(paths), dtype=bool)
+    first[1:] = paths[1:] != paths[:-1]
+    sizes = catalog.tiles["size"][first]
     return {
-        "files": int(len(catalog.tiles)),
+        "files": int(first.sum()),
         "bytes": int(sizes.sum()),
         "bytes_unknown": int((sizes <= 0).sum()),
         "headers_read": catalog.headers_read,

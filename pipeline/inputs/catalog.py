@@ -69,7 +69,15 @@ def finish_table(tiles: TileTable, config: Config, skipped: list[dict[str, str]]
     if not keep.all():
         tiles = tiles.rows(keep)
     if not len(tiles):
-        raise ConfigError("inputs.paths", "no usable input file remains (see the skipped list)")
+        key = (
+            "inputs.stac_search"
+            if config.inputs.stac_search
+            else "inputs.stac"
+            if config.inputs.stac
+            else "inputs.paths"
+        )
+        first = f"; the first: {skipped[0]['path']}: {skipped[0]['error']}" if skipped else ""
+        raise ConfigError(key, f"no usable input file remains ({len(skipped)} skipped{first})")
     nodata, source = tiles["nodata"], tiles["nodata_from"]
     if config.inputs.nodata is not None:
         unset = np.isnan(nodata)

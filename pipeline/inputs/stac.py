@@ -63,6 +63,7 @@ from pipeline.inputs.stac_fields import (  # noqa: F401 - the rules, importable 
     crs_of,
     is_categorical,
     is_raster_asset,
+    item_base,
     number,
     parse_time,
     proj_field,
@@ -86,11 +87,12 @@ def asset_rows_from_items(
     rows: dict[str, list[Any]] = {c: [] for c in ASSET_COLUMNS}
     items = list(items)
     why = "wanted by inputs.assets"
-    if assets is None:  # every single-band raster asset any item has, by its key
-        keys = {
-            k for it in items for k, a in (it.get("assets") or {}).items() if is_raster_asset(a) and band_count(a) == 1
-        }
-        assets = {k: k for k in sorted(keys)}
+    if assets is None:  # every key whose first asset is a single-band raster (as the Arrow reader decides)
+        first: dict[str, dict[str, Any]] = {}
+        for it in items:
+            for k, a in (it.get("assets") or {}).items():
+                first.setdefault(k, a)
+        assets = {k: k for k in sorted(first) if is_raster_asset(first[k]) and band_count(first[k]) == 1}
         why = "inputs.assets is null: every single-band raster asset is wanted; set it to choose"
     for item in items:
         item_id = str(item.get("id"))
@@ -119,13 +121,13 @@ def asset_rows_from_items(
             )
             continue
         bbox = item.get("bbox") or [np.nan] * 4
-        lon = (bbox[0] + bbox[2]) / 2
+        lon = (bbox[0] + bbox[len(bbox) // 2]) / 2  # [xmin, ymin, xmax, ymax] or with z: [.., zmin, xmax, ..]
         self_href = next((ln.get("href") for ln in item.get("links") or () if ln.get("rel") == "self"), None)
         for band, (key, k) in chosen.items():
             asset = found[key]
             shape = proj_field(asset, props, "proj:shape")
             transform = proj_field(asset, props, "proj:transform")
-            rows["href"].append(resolve_href(str(asset_href(asset, alternate)), self_href or base, base))
+            rows["href"].append(resolve_href(str(asset_href(asset, alternate)), item_base(self_href, base), base))
             rows["band"].append(band)
             rows["bidx"].append(k)
             rows["item"].append(item_id)
@@ -293,15 +295,86 @@ def compute_band_attrs(rows: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]
 
 def _group_samples(rows: dict[str, np.ndarray], planned: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Assets planned from metadata, grouped by (collection, band, shape, pixel size): each group's first
-    asset in table order (its sample, whose header gives the group's overviews, blocks and file nodata),
-    and each planned asset's group. Vectorised: a 192,000-item catalogue has ~2.5 million assets."""
+    asset in table order (its sample, whose header gives the group's overviews, blocks, dtype where the
+    item gives none, and file nodata), and each planned asset's group. Vectorised: a 192,000-item
+    catalogue has ~2.5 million assets."""
     idx = np.flatnonzero(planned)
-    key = np.zeros(len(idx), dtype=np.int64)
-    for col in ("collection", "band", "width", "height", "a", "e"):
-        distinct, codes = factorize(rows[col][idx])
-        key = key * len(distinct) + codes
-    _, first, group = np.unique(key, return_index=True, return_inverse=True)
+    codes = [factorize(rows[col][idx])[1] for col in ("collection", "band", "width", "height", "a", "e")]
+    if not len(idx):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    _, first, group = np.unique(np.stack(codes, axis=1), axis=0, return_index=True, return_inverse=True)
     return idx[first], group.reshape(-1)
+
+
+def _open_headers(
+    rows: dict[str, np.ndarray], planned: np.ndarray, config: Config, max_threads: int, skipped: list[dict[str, str]]
+) -> tuple[dict[int, dict[str, Any]], np.ndarray, np.ndarray, int]:
+    """Read the headers a STAC run needs: every asset not planned from metadata, and one sample per group
+    of planned assets. A group whose sample fails tries its next asset, up to :data:`SAMPLE_TRIES` in
+    all, then opens each of its assets: a group never goes without the files' overviews. Returns the
+    headers by asset, the assets to keep (a failed one is skipped and listed), each asset's header
+    source, and how many headers were read."""
+    n = len(rows["href"])
+    keep = np.ones(n, dtype=bool)
+    samples, group = _group_samples(rows, planned)
+    planned_idx = np.flatnonzero(planned)
+    source = np.arange(n)  # whose header each asset takes overviews, blocks and file nodata from
+    opened: dict[int, dict[str, Any]] = {}
+    to_open = np.concatenate([np.flatnonzero(~planned), samples]).astype(np.int64)
+    read = 0
+    for attempt in range(SAMPLE_TRIES + 1):
+        headers = _read_headers([rows["href"][k] for k in to_open], config, max_threads)
+        read += len(to_open)
+        failed = set()
+        for k, (header, error) in zip(to_open.tolist(), headers, strict=True):
+            if header is None:
+                keep[k] = False
+                skipped.append({"path": rows["href"][k], "error": str(error)})
+                failed.add(k)
+            else:
+                opened[k] = header
+        pending = [g for g, k in enumerate(samples.tolist()) if k in failed]
+        if not pending or attempt == SAMPLE_TRIES:
+            break
+        retry = []
+        for g in pending:
+            others = planned_idx[(group == g) & keep[planned_idx]]
+            others = others[[int(k) not in opened for k in others]] if len(others) else others
+            if not len(others):
+                continue
+            if attempt + 1 < SAMPLE_TRIES:  # the group's next asset
+                samples[g] = others[0]
+                retry.append(int(others[0]))
+            else:  # its samples kept failing: each of its assets is its own header
+                logger.warning(
+                    "STAC: %d header samples of %s failed; opening its %d assets",
+                    SAMPLE_TRIES,
+                    rows["band"][others[0]],
+                    len(others),
+                )
+                samples[g] = -1
+                retry += [int(k) for k in others]
+                source[others] = others
+        if not retry:
+            break
+        to_open = np.array(retry, dtype=np.int64)
+    grouped = samples[group] if len(planned_idx) else np.zeros(0, dtype=np.int64)
+    source[planned_idx] = np.where(grouped >= 0, grouped, source[planned_idx])
+    return opened, keep, source, read
+
+
+def _grid_longitude(config: Config, item_lon: np.ndarray) -> float:
+    """The longitude odc-stac shifts solar days by: the output grid's centre, from ``grid.bounds`` where
+    given, else the middle of the items' extent (0 where no item has a bbox)."""
+    g = config.grid
+    if g.bounds is not None and g.crs is not None:
+        from pyproj import Transformer
+
+        x, y = (g.bounds[0] + g.bounds[2]) / 2, (g.bounds[1] + g.bounds[3]) / 2
+        lon, _ = Transformer.from_crs(g.crs, "EPSG:4326", always_xy=True).transform(x, y)
+        return float(lon)
+    known = item_lon[np.isfinite(item_lon)]
+    return float((known.min() + known.max()) / 2) if len(known) else 0.0
 
 
 def stac_catalog(config: Config, max_threads: int = 8) -> Catalog:
@@ -316,61 +389,40 @@ def stac_catalog(config: Config, max_threads: int = 8) -> Catalog:
     affine = np.column_stack([rows[c] for c in AFFINE])
     planned = (
         (rows["crs"] != None)  # noqa: E711 - element-wise
-        & (rows["dtype"] != None)  # noqa: E711 - element-wise
         & (rows["width"] > 0)
         & (rows["height"] > 0)
         & np.isfinite(affine).all(axis=1)
     )
+    opened, keep, source, headers_read = _open_headers(rows, planned, config, max_threads, skipped)
     nodata_from = np.where(np.isnan(rows["nodata"]), "", "stac").astype(object)
+    for k in np.flatnonzero(~planned):  # opened: the file is the metadata
+        header = opened.get(int(k))
+        if header is not None:
+            rows["crs"][k] = header["crs"]
+            affine[k] = [header[c] for c in AFFINE]
+            rows["width"][k], rows["height"][k] = header["width"], header["height"]
+    # Per distinct header, its fields; each asset takes those of its header's source (vectorised).
+    order = sorted(opened)
+    at = np.searchsorted(np.array(order, dtype=np.int64), source)
+    has = np.isin(source, order) & keep
+    at = np.where(has, at, 0)
     sizes = np.empty(n, dtype=object)
     sizes.fill([])
     block = np.zeros((n, 2), dtype=np.int64)
-    keep = np.ones(n, dtype=bool)
-    samples, group = _group_samples(rows, planned)
-    planned_idx = np.flatnonzero(planned)
-    to_open = np.concatenate([np.flatnonzero(~planned), samples]).astype(np.int64)
-    opened: dict[int, dict[str, Any]] = {}
-    headers_read = 0
-    for _ in range(SAMPLE_TRIES):
-        headers = _read_headers([rows["href"][k] for k in to_open], config, max_threads)
-        headers_read += len(to_open)
-        failed = []
-        for k, (header, error) in zip(to_open.tolist(), headers, strict=True):
-            if header is None:
-                keep[k] = False
-                skipped.append({"path": rows["href"][k], "error": str(error)})
-                failed.append(k)
-            else:
-                opened[k] = header
-        # A group whose sample failed tries its next asset (the failed one is skipped and listed).
-        retry = []
-        for k in failed:
-            if planned[k]:
-                g = group[np.searchsorted(planned_idx, k)]
-                others = planned_idx[(group == g) & keep[planned_idx]]
-                if len(others):
-                    samples[g] = others[0]
-                    retry.append(int(others[0]))
-        if not retry:
-            break
-        to_open = np.array(retry, dtype=np.int64)
-    for k in np.flatnonzero(~planned):  # opened: the file is the metadata
-        header = opened.get(int(k))
-        if header is None:
-            continue
-        rows["crs"][k], rows["dtype"][k] = header["crs"], header["dtype"]
-        affine[k] = [header[c] for c in AFFINE]
-        rows["width"][k], rows["height"][k] = header["width"], header["height"]
-    source = np.arange(n)  # whose header each asset takes overviews, blocks and file nodata from
-    source[planned_idx] = samples[group]
-    for k in range(n):
-        header = opened.get(int(source[k]))
-        if header is None:
-            continue
-        sizes[k] = header["overview_sizes"]
-        block[k] = header["block_x"], header["block_y"]
-        if not nodata_from[k] and not np.isnan(header["file_nodata"]):
-            rows["nodata"][k], nodata_from[k] = header["file_nodata"], "file"
+    if order:
+        h_sizes = np.empty(len(order), dtype=object)
+        h_sizes[:] = [opened[k]["overview_sizes"] for k in order]
+        h_block = np.array([[opened[k]["block_x"], opened[k]["block_y"]] for k in order], dtype=np.int64)
+        h_dtype = np.array([opened[k]["dtype"] for k in order], dtype=object)
+        h_nodata = np.array([opened[k]["file_nodata"] for k in order], dtype="f8")
+        sizes[has] = h_sizes[at[has]]
+        block[has] = h_block[at[has]]
+        no_dtype = has & (rows["dtype"] == None)  # noqa: E711 - element-wise; the file's where the item has none
+        rows["dtype"][no_dtype] = h_dtype[at[no_dtype]]
+        from_file = has & (nodata_from == "") & ~np.isnan(h_nodata[at])
+        rows["nodata"][from_file] = h_nodata[at[from_file]]
+        nodata_from[from_file] = "file"
+    keep &= rows["dtype"] != None  # noqa: E711 - element-wise; an asset none of whose headers opened
     a, b, c, d, e, f = affine.T
     w, h = rows["width"].astype("f8"), rows["height"].astype("f8")
     xs = np.stack([c, w * a + c, h * b + c, w * a + h * b + c])  # corners as rasterio computes bounds
@@ -381,7 +433,7 @@ def stac_catalog(config: Config, max_threads: int = 8) -> Catalog:
             "bidx": rows["bidx"],
             "band": rows["band"],
             "tile": rows["item"],
-            "date": compute_time_steps(rows["time"], rows["lon"], config.inputs.groupby),
+            "date": compute_time_steps(rows["time"], _grid_longitude(config, rows["lon"]), config.inputs.groupby),
             "crs": rows["crs"],
             **{k: affine[:, j].copy() for j, k in enumerate(AFFINE)},
             "width": rows["width"],
@@ -405,11 +457,10 @@ def stac_catalog(config: Config, max_threads: int = 8) -> Catalog:
         tiles = tiles.rows(keep)
         rows = {k: v[keep] for k, v in rows.items()}
     logger.info(
-        "STAC: %d assets, %d planned from metadata (%d headers read for their overviews), %d opened, %d skipped",
+        "STAC: %d assets, %d planned from metadata, %d headers read, %d skipped",
         n,
-        len(planned_idx),
-        len(samples),
-        int((~planned).sum()),
+        int(planned.sum()),
+        headers_read,
         len(skipped),
     )
     return Catalog(

@@ -140,7 +140,8 @@ def band_field(asset: dict[str, Any], props: dict[str, Any], k: int, column: str
 
 def is_categorical(asset: dict[str, Any], k: int) -> bool:
     """Band ``k`` carries STAC classification classes or bitfields (a class or QA band)."""
-    return any(name in holder for holder in (asset, _nth(asset.get("bands"), k) or {}) for name in CLASSIFICATION)
+    holders = (asset, _nth(asset.get("bands"), k) or {}, _nth(asset.get("raster:bands"), k) or {})
+    return any(name in holder for holder in holders for name in CLASSIFICATION)
 
 
 def _nth(entries: Any, k: int) -> dict[str, Any] | None:
@@ -186,17 +187,18 @@ def parse_time(props: dict[str, Any]) -> np.datetime64:
     return np.datetime64(t, "ns")
 
 
-def compute_solar_day(times: np.ndarray, lon: np.ndarray) -> np.ndarray:
-    """odc-stac's solar day: the date part of UTC ``times`` + ``lon``/15 hours (datetime64[D])."""
-    shift = np.round(np.asarray(lon, dtype="f8") * 240e9).astype(np.int64).astype("timedelta64[ns]")
-    return (np.asarray(times, dtype="datetime64[ns]") + shift).astype("datetime64[D]")
+def compute_solar_day(times: np.ndarray, lon: float) -> np.ndarray:
+    """odc-stac's solar day: the date part of UTC ``times`` shifted by ``lon``/15 whole hours (truncated,
+    as ``int()`` does), ``lon`` being the longitude of the output grid's centre (datetime64[D])."""
+    hours = int(lon / 15) if np.isfinite(lon) else 0
+    return (np.asarray(times, dtype="datetime64[ns]") + np.timedelta64(hours, "h")).astype("datetime64[D]")
 
 
-def compute_time_steps(times: np.ndarray, lon: np.ndarray, groupby: str) -> np.ndarray:
-    """Each asset's time step (datetime64[ns]), labelled as odc-stac labels them: ``solar_day`` groups
-    by solar day and labels each group by its earliest item time (by the day at 00:00 in the rare case
-    where two days' earliest items share one time); ``time`` keeps the exact times;
-    ``none`` makes one step at the earliest time."""
+def compute_time_steps(times: np.ndarray, lon: float, groupby: str) -> np.ndarray:
+    """Each asset's time step (datetime64[ns]), as odc-stac groups and labels them: ``solar_day`` groups by
+    :func:`compute_solar_day` at the grid centre's longitude ``lon`` and labels each group by its earliest
+    item time (by the day at 00:00 in the rare case where two days' earliest items share one time);
+    ``time`` keeps the exact times; ``none`` makes one step at the earliest time."""
     times = np.asarray(times, dtype="datetime64[ns]")
     if groupby == "solar_day":
         days = compute_solar_day(times, lon)
@@ -241,6 +243,16 @@ def _join(href: str, base: str) -> str:
         return urljoin(base, href)
     base = base[len("file://") :] if base.startswith("file://") else base
     return os.path.normpath(os.path.abspath(os.path.join(os.path.dirname(base), href)))
+
+
+def item_base(self_href: str | None, document: str | None) -> str | None:
+    """What an item's relative asset hrefs resolve against: its ``self`` link (itself joined to the
+    document it was read from when relative, as ``./item.json`` in some catalogues), else the document."""
+    if not self_href:
+        return document
+    if is_url(self_href) or os.path.isabs(self_href.removeprefix("file://")) or not document:
+        return self_href
+    return _join(self_href, document)
 
 
 def asset_href(asset: dict[str, Any], alternate: str | None) -> str | None:

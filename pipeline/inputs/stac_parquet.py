@@ -19,6 +19,7 @@ from pipeline.inputs.stac_fields import (
     band_index,
     is_categorical,
     is_raster_asset,
+    item_base,
     resolve_href,
     split_asset_key,
 )
@@ -50,7 +51,9 @@ def read_geoparquet_table(source: str, storage: Any = None, assets: dict[str, st
         if "assets" not in schema.names:
             raise ConfigError("inputs.stac", f"{source} has no 'assets' column: not stac-geoparquet")
         columns = [
-            c for c in ("id", "collection", "datetime", "start_datetime", "bbox", *_ITEM_FIELDS) if c in schema.names
+            c
+            for c in ("id", "collection", "datetime", "start_datetime", "bbox", "links", *_ITEM_FIELDS)
+            if c in schema.names
         ]
         struct = schema.field("assets").type
         keys = {struct.field(i).name: struct.field(i).type for i in range(struct.num_fields)}
@@ -66,13 +69,16 @@ def read_geoparquet_table(source: str, storage: Any = None, assets: dict[str, st
         raster = None
         if assets is None and wanted:  # which assets are rasters, from the rows asset_rows_from_arrow looks at
             head = [f"assets.{key}.{name}" for key in wanted for name in _ASSET_FIELDS if name in fields[key]]
-            batches, rows = [], 0
+            import pyarrow.compute as pc
+
+            batches, unseen = [], set(wanted)
             for batch in pf.iter_batches(batch_size=_RASTER_SAMPLE, columns=head):
-                batches.append(batch.column("assets"))
-                rows += len(batch)
-                if rows >= _RASTER_SAMPLE:
+                column = batch.column("assets")
+                batches.append(column)
+                unseen -= {k for k in unseen if pc.any(pc.is_valid(pc.struct_field(column, [k]))).as_py()}
+                if not unseen:  # every key's first asset is in: they decide
                     break
-            wanted = raster = _raster_keys(pa.chunked_array(batches), _RASTER_SAMPLE) if batches else []
+            wanted = raster = _raster_keys(pa.chunked_array(batches)) if batches else []
             names = tuple(n for n in _ASSET_FIELDS if n not in ("type", "roles"))  # only that choice reads them
         for key in wanted:
             columns += [f"assets.{key}.{name}" for name in names if name in fields[key]]
@@ -188,22 +194,20 @@ def _nth_struct(arr: Any, k: int) -> tuple[np.ndarray, Any, np.ndarray]:
 
 
 _RASTER_SAMPLE = 1000
-"""With ``inputs.assets`` null, an asset key is a raster's if its first asset in this many items is one."""
+"""Rows read at a time while looking for each asset key's first asset (``inputs.assets`` null)."""
 
 
 _RASTER_KEY = b"pipeline:raster_assets"
 
 
-def _raster_keys(structs: Any, rows: int) -> list[str]:
-    """The keys of an ``assets`` struct column whose first asset in its first ``rows`` rows is a raster
+def _raster_keys(structs: Any) -> list[str]:
+    """The keys of an ``assets`` struct column whose first asset is a single-band raster
     (:func:`is_raster_asset`), sorted."""
-    import pyarrow.compute as pc
-
     out = []
     for key in sorted(structs.type.field(i).name for i in range(structs.type.num_fields)):
-        sub = pc.struct_field(structs, [key])
-        first = next((v for v in sub.slice(0, rows).to_pylist() if v is not None), None)
-        asset = {k: v for k, v in first.items() if v is not None} if first is not None else None
+        import pyarrow.compute as pc
+
+        asset = _first_asset(pc.struct_field(structs, [key]))
         if asset is not None and is_raster_asset(asset) and band_count(asset) == 1:
             out.append(key)
     return out
@@ -247,7 +251,7 @@ def asset_rows_from_arrow(
     keys = [structs.type.field(i).name for i in range(structs.type.num_fields)]
     if assets is None:
         chosen = (table.schema.metadata or {}).get(_RASTER_KEY)  # read_geoparquet_table chose them
-        wanted = {k: k for k in (json.loads(chosen) if chosen else _raster_keys(structs, _RASTER_SAMPLE))}
+        wanted = {k: k for k in (json.loads(chosen) if chosen else _raster_keys(structs))}
     else:
         wanted = dict(assets)
     bad = np.isnat(times)
@@ -260,106 +264,173 @@ def asset_rows_from_arrow(
         missing = _f8(pc.is_null(pc.struct_field(sub, ["href"]) if "href" in [f.name for f in sub.type] else sub))
         missing = missing.astype(bool) & ~bad
         sample = _first_asset(sub)
-        k = band_index(sample, selector) if sample is not None else 1
-        problem = f"no asset {key!r}"
-        if k is None:
-            missing |= ~bad
-            problem = f"asset {key!r} has no band {selector!r} (it has {band_count(sample or {})})"
+        kvals = _band_indices(sub, selector, ~missing & ~bad)
         why[missing] = [f"{w}; " if w else "" for w in why[missing]]
-        why[missing] += f"STAC item has {problem} " + (
+        why[missing] += f"STAC item has no asset {key!r} " + (
             "(wanted by inputs.assets)"
             if assets
             else "(inputs.assets is null: every single-band raster asset is wanted)"
         )
-        bad |= missing
-        subs[band] = (sub, k or 1, bool(sample is not None and is_categorical(sample, k or 1)))
+        no_band = ~missing & ~bad & (kvals < 1)
+        why[no_band] = [f"{w}; " if w else "" for w in why[no_band]]
+        why[no_band] += f"STAC item's asset {key!r} has no band {selector!r} (wanted by inputs.assets)"
+        bad |= missing | no_band
+        subs[band] = (sub, kvals, sample)
     for j in np.flatnonzero(bad):
         skipped.append({"path": str(ids[j]), "error": str(why[j])})
     good = np.flatnonzero(~bad)
+    parts = []
+    for band, (sub, kvals, sample) in subs.items():
+        for k in np.unique(kvals[good]).tolist():
+            sel = good[kvals[good] == k]
+            categorical = bool(sample is not None and is_categorical(sample, k))
+            parts.append(
+                _band_part(table, sub, band, k, sel, categorical, ids, collection, times, lon, base, alternate)
+            )
+    if not parts:
+        return {c: np.empty(0) for c in ASSET_COLUMNS}
+    return {c: np.concatenate([p[c] for p in parts]) for c in ASSET_COLUMNS}
+
+
+def _band_indices(sub: Any, selector: str | None, present: np.ndarray) -> np.ndarray:
+    """Per row, the 1-based band of the asset that ``selector`` names (:func:`band_index`), 0 where the
+    row's asset has no such band. A name is looked up row by row (catalogues need not list bands in one
+    order); no selector or a number needs no Python per row."""
+    import pyarrow.compute as pc
+
+    n = len(sub)
+    if selector is None:
+        return np.ones(n, dtype=np.int64)
+    fields = {sub.type.field(i).name for i in range(sub.type.num_fields)} if hasattr(sub.type, "num_fields") else set()
+    if selector.isdigit():
+        k = int(selector)
+        count = np.ones(n)
+        for name in ("bands", "raster:bands", "eo:bands"):
+            if name in fields:
+                count = np.maximum(count, np.nan_to_num(_f8(pc.list_value_length(pc.struct_field(sub, [name]))), nan=0))
+        return np.where(count >= k, k, 0).astype(np.int64)
+    out = np.zeros(n, dtype=np.int64)
+    lists = {
+        name: pc.struct_field(sub, [name]).to_pylist()
+        for name in ("bands", "eo:bands", "raster:bands")
+        if name in fields
+    }
+    for j in np.flatnonzero(present):
+        asset = {name: values[j] for name, values in lists.items() if values[j]}
+        out[j] = band_index(asset, selector) or 0
+    return out
+
+
+def _band_part(
+    table: Any,
+    sub: Any,
+    band: str,
+    k: int,
+    good: np.ndarray,
+    categorical: bool,
+    ids: np.ndarray,
+    collection: np.ndarray,
+    times: np.ndarray,
+    lon: np.ndarray,
+    base: str,
+    alternate: str | None,
+) -> dict[str, np.ndarray]:
+    """The asset table's rows of one band, band ``k`` of its asset, for the item rows ``good``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    cols = set(table.column_names)
 
     def item_level(name: str) -> Any:
         return table.column(name).combine_chunks() if name in cols else None
 
-    parts = []
-    for band, (sub, k, categorical) in subs.items():
-        fields = {sub.type.field(i).name for i in range(sub.type.num_fields)}
+    fields = {sub.type.field(i).name for i in range(sub.type.num_fields)}
 
-        def get(name: str, fields: set[str] = fields, sub: Any = sub) -> Any:
-            return pc.struct_field(sub, [name]) if name in fields else None
+    def get(name: str, fields: set[str] = fields, sub: Any = sub) -> Any:
+        return pc.struct_field(sub, [name]) if name in fields else None
 
-        crs = np.full(n, None, dtype=object)
-        for src in (item_level("proj:wkt2"), get("proj:wkt2"), item_level("proj:epsg"), get("proj:epsg")):
-            _fill_text(crs, src, epsg=True)  # later sources win: proj:code, then the asset's, last
-        for src in (item_level("proj:code"), get("proj:code")):
-            _fill_text(crs, src, epsg=False)
-        affine = np.full((n, 6), np.nan)
-        shape = np.full((n, 2), np.nan)
-        for src in (item_level("proj:transform"), get("proj:transform")):
-            if src is not None:
-                m = _list_matrix(src, 6)
-                has = np.isfinite(m).all(axis=1)
-                affine[has] = m[has]
-        for src in (item_level("proj:shape"), get("proj:shape")):
-            if src is not None:
-                m = _list_matrix(src, 2)
-                has = np.isfinite(m).all(axis=1)
-                shape[has] = m[has]
-        values: dict[str, np.ndarray] = {
-            "dtype": np.full(n, None, dtype=object),
-            "unit": np.full(n, None, dtype=object),
-            "nodata": np.full(n, np.nan),
-            "scale": np.full(n, np.nan),
-            "offset": np.full(n, np.nan),
-        }
-        # In priority order, each filling only what is still unknown: the asset's bands[k] and the asset
-        # (STAC 1.1), its raster:bands[k] (1.0), then the same at the item level.
-        for level in (get, item_level):
-            for holder, new in ((level("bands"), True), (None, True), (level("raster:bands"), False)):
-                for column, (name11, name10) in BAND_FIELDS.items():
-                    name = name11 if new else name10
-                    if holder is None:  # the asset (or item) itself
-                        src = level(name) if new else None
-                        if src is not None:
-                            _fill(values[column], np.ones(n, bool), src, np.arange(n), column)
-                        continue
-                    ok, structs_k, at = _nth_struct(holder, k)
-                    sub_names = {structs_k.type.field(i).name for i in range(structs_k.type.num_fields)}
-                    if name in sub_names:
-                        _fill(values[column], ok, pc.struct_field(structs_k, [name]), at, column)
-        size = np.nan_to_num(_f8(get("file:size")), nan=0) if get("file:size") is not None else np.zeros(n)
-        href_col = pc.struct_field(sub, ["href"]) if "href" in fields else pa.nulls(n, pa.string())
-        if alternate and "alternate" in fields:
-            alt = get("alternate")
-            alt_names = {alt.type.field(i).name for i in range(alt.type.num_fields)}
-            if alternate in alt_names:
-                alt_href = pc.struct_field(pc.struct_field(alt, [alternate]), ["href"])
-                href_col = pc.coalesce(alt_href, href_col)
-        urls = pc.and_(pc.match_substring(href_col, "://"), pc.invert(pc.starts_with(href_col, "file://")))
-        all_urls = pc.all(pc.filter(urls, _mask(~bad))).as_py() is not False
-        hrefs = np.empty(len(good), dtype=object)
-        hrefs[:] = pc.filter(href_col, _mask(~bad)).to_pylist()
-        if not all_urls:  # relative or local paths: resolved one by one
-            hrefs[:] = [resolve_href(str(h), base) for h in hrefs]
-        part = {
-            "href": hrefs,
-            "band": np.full(len(good), band, dtype=object),
-            "bidx": np.full(len(good), k, dtype=np.int64),
-            "item": ids[good],
-            "collection": np.array([c or "" for c in collection[good]], dtype=object),
-            "time": times[good],
-            "lon": lon[good],
-            "crs": crs[good],
-            **{c: affine[good, j] for j, c in enumerate(AFFINE)},
-            "height": np.nan_to_num(shape[good, 0], nan=-1).astype(np.int64),
-            "width": np.nan_to_num(shape[good, 1], nan=-1).astype(np.int64),
-            **{c: v[good] for c, v in values.items()},
-            "size": size[good].astype(np.int64),
-            "categorical": np.full(len(good), categorical),
-        }
-        parts.append(part)
-    if not parts:
-        return {c: np.empty(0) for c in ASSET_COLUMNS}
-    return {c: np.concatenate([p[c] for p in parts]) for c in ASSET_COLUMNS}
+    crs = np.full(n, None, dtype=object)
+    for src in (item_level("proj:wkt2"), get("proj:wkt2"), item_level("proj:epsg"), get("proj:epsg")):
+        _fill_text(crs, src, epsg=True)  # later sources win: proj:code, then the asset's, last
+    for src in (item_level("proj:code"), get("proj:code")):
+        _fill_text(crs, src, epsg=False)
+    affine = np.full((n, 6), np.nan)
+    shape = np.full((n, 2), np.nan)
+    for src in (item_level("proj:transform"), get("proj:transform")):
+        if src is not None:
+            m = _list_matrix(src, 6)
+            has = np.isfinite(m).all(axis=1)
+            affine[has] = m[has]
+    for src in (item_level("proj:shape"), get("proj:shape")):
+        if src is not None:
+            m = _list_matrix(src, 2)
+            has = np.isfinite(m).all(axis=1)
+            shape[has] = m[has]
+    values: dict[str, np.ndarray] = {
+        "dtype": np.full(n, None, dtype=object),
+        "unit": np.full(n, None, dtype=object),
+        "nodata": np.full(n, np.nan),
+        "scale": np.full(n, np.nan),
+        "offset": np.full(n, np.nan),
+    }
+    # In priority order, each filling only what is still unknown: the asset's bands[k] and the asset
+    # (STAC 1.1), its raster:bands[k] (1.0), then the same at the item level.
+    for level in (get, item_level):
+        for holder, new in ((level("bands"), True), (None, True), (level("raster:bands"), False)):
+            for column, (name11, name10) in BAND_FIELDS.items():
+                name = name11 if new else name10
+                if holder is None:  # the asset (or item) itself
+                    src = level(name) if new else None
+                    if src is not None:
+                        _fill(values[column], np.ones(n, bool), src, np.arange(n), column)
+                    continue
+                ok, structs_k, at = _nth_struct(holder, k)
+                sub_names = {structs_k.type.field(i).name for i in range(structs_k.type.num_fields)}
+                if name in sub_names:
+                    _fill(values[column], ok, pc.struct_field(structs_k, [name]), at, column)
+    size = np.nan_to_num(_f8(get("file:size")), nan=0) if get("file:size") is not None else np.zeros(n)
+    href_col = pc.struct_field(sub, ["href"]) if "href" in fields else pa.nulls(n, pa.string())
+    if alternate and "alternate" in fields:
+        alt = get("alternate")
+        alt_names = {alt.type.field(i).name for i in range(alt.type.num_fields)}
+        if alternate in alt_names:
+            alt_href = pc.struct_field(pc.struct_field(alt, [alternate]), ["href"])
+            href_col = pc.coalesce(alt_href, href_col)
+    rows = np.zeros(n, dtype=bool)
+    rows[good] = True
+    urls = pc.and_(pc.match_substring(href_col, "://"), pc.invert(pc.starts_with(href_col, "file://")))
+    all_urls = pc.all(pc.filter(urls, _mask(rows))).as_py() is not False
+    hrefs = np.empty(len(good), dtype=object)
+    hrefs[:] = pc.filter(href_col, _mask(rows)).to_pylist()
+    if not all_urls:  # relative or local paths: resolved one by one, against the item's self link
+        selfs = _self_links(table, good)
+        hrefs[:] = [resolve_href(str(h), item_base(s, base), base) for h, s in zip(hrefs, selfs, strict=True)]
+    part = {
+        "href": hrefs,
+        "band": np.full(len(good), band, dtype=object),
+        "bidx": np.full(len(good), k, dtype=np.int64),
+        "item": ids[good],
+        "collection": np.array([c or "" for c in collection[good]], dtype=object),
+        "time": times[good],
+        "lon": lon[good],
+        "crs": crs[good],
+        **{c: affine[good, j] for j, c in enumerate(AFFINE)},
+        "height": np.nan_to_num(shape[good, 0], nan=-1).astype(np.int64),
+        "width": np.nan_to_num(shape[good, 1], nan=-1).astype(np.int64),
+        **{c: v[good] for c, v in values.items()},
+        "size": size[good].astype(np.int64),
+        "categorical": np.full(len(good), categorical),
+    }
+    return part
+
+
+def _self_links(table: Any, rows: np.ndarray) -> list[str | None]:
+    """Each of ``rows``' ``self`` link (None where it has none, or the table has no links)."""
+    if "links" not in table.column_names:
+        return [None] * len(rows)
+    links = table.column("links").take(rows).to_pylist()
+    return [next((ln.get("href") for ln in (item or ()) if ln and ln.get("rel") == "self"), None) for item in links]
 
 
 def _first_asset(sub: Any) -> dict[str, Any] | None:
@@ -385,7 +456,7 @@ def _fill_text(out: np.ndarray, src: Any, epsg: bool) -> None:
         out[has] = [f"EPSG:{int(c)}" for c in codes[has]]
     elif pa.types.is_string(src.type) or pa.types.is_large_string(src.type):
         vals = _strings(src)
-        has = vals != None  # noqa: E711 - element-wise
+        has = (vals != None) & (vals != "")  # noqa: E711 - element-wise; an empty code counts as null
         out[has] = vals[has]
 
 

@@ -25,6 +25,7 @@ import numpy as np
 if TYPE_CHECKING:  # workers import this module for its task types only
     from pipeline.inputs.tiles import TileTable
 
+from pipeline.errors import ConfigError
 from pipeline.planning.grid import GridSpec, compute_grid, offset_transform
 from pipeline.planning.windows import (  # noqa: F401 - OVERVIEW_METHODS, OVERVIEW_TOLERANCE: importable from here too
     KERNEL_PAD,
@@ -338,6 +339,9 @@ def compute_band_methods(
         default = resampling
     else:
         named, default = resampling, resampling.get("*", "average")
+        unknown = sorted(b for b in named if b != "*" and b not in names)
+        if unknown:
+            raise ConfigError("resampling", f"names band(s) {unknown} that no input carries; bands: {list(names)}")
     out = {}
     for name in names:
         if name in named:
