@@ -20,6 +20,7 @@ from click.testing import CliRunner
 
 from pipeline.cli import main
 from pipeline.config import load_config
+from pipeline.errors import ConfigError
 from pipeline.execute.runner import run
 from pipeline.inputs.stac import (
     compute_solar_day,
@@ -461,3 +462,29 @@ def test_a_group_whose_samples_fail_opens_each_asset(stac_dir: Path, tmp_path: P
     b04 = catalog.tiles.rows(catalog.tiles["band"] == "B04")
     assert len(b04) == len(items) - 4 and all(len(s) > 0 for s in b04["overview_sizes"])
     assert sum("nowhere/B04.tif" in s["path"] for s in catalog.skipped) == 4
+
+
+def test_an_item_collection_in_a_bucket_is_read(
+    small_dir: Path, glob_run: tuple[Any, xr.Dataset], tmp_path: Path, s3_server: Any, s3_bucket: str
+) -> None:
+    """``inputs.stac`` may be an object: the ItemCollection in the S3 test server, its hrefs absolute."""
+    files = sorted(str(p) for p in small_dir.glob("*/*.tif"))
+    write_item_collection(items_from_files(files, scale_offset=SCALE), str(tmp_path / "items.json"))
+    s3_server.client().upload_file(str(tmp_path / "items.json"), s3_bucket, "stac/items.json")
+    cfg = _config(
+        tmp_path / "run",
+        {"stac": f"s3://{s3_bucket}/stac/items.json"},
+        20,
+        storage={"endpoint_url": s3_server.endpoint_url},
+    )
+    result = run(load_config(cfg))
+    assert result.exit_code == 0 and result.report["inputs"]["files"] == 32
+    _assert_same_cube(xr.open_zarr(tmp_path / "run" / "out.zarr", mask_and_scale=False), glob_run[1])
+    missing = _config(
+        tmp_path / "gone",
+        {"stac": f"s3://{s3_bucket}/stac/nothing.json"},
+        20,
+        storage={"endpoint_url": s3_server.endpoint_url},
+    )
+    with pytest.raises(ConfigError, match="inputs.stac.*no such object"):
+        run(load_config(missing))

@@ -153,14 +153,23 @@ def asset_rows_from_items(
 # --- readers -------------------------------------------------------------------------------------------
 
 
-def read_item_dicts(source: str) -> tuple[list[dict[str, Any]], str]:
-    """Items of an ItemCollection or a static catalog (pystac), their hrefs made absolute; the base."""
+def read_item_dicts(source: str, storage: Any = None) -> tuple[list[dict[str, Any]], str]:
+    """Items of an ItemCollection or a static catalog (pystac), their hrefs made absolute; the base. A
+    local file, or an object (``s3://``, ``https://``; a catalog's children are then read by pystac)."""
 
     import pystac
 
     try:
-        with open(source) as f:
-            doc = json.load(f)
+        if is_url(source):
+            from pipeline.storage import read_object
+
+            data = read_object(source, storage, key="inputs.stac")
+            if data is None:
+                raise ConfigError("inputs.stac", f"no such object: {source}; check the key and bucket")
+            doc = json.loads(data)
+        else:
+            with open(source) as f:
+                doc = json.load(f)
     except (OSError, ValueError) as e:
         raise ConfigError("inputs.stac", f"cannot read {source}: {e}") from e
     if doc.get("type") == "FeatureCollection":
@@ -237,7 +246,7 @@ def load_asset_rows(config: Config) -> tuple[dict[str, np.ndarray], list[dict[st
         table = read_geoparquet_table(i.stac, config.storage, i.assets)
         rows = asset_rows_from_arrow(table, i.assets, i.stac, skipped, i.alternate)
     elif i.stac:
-        items, base = read_item_dicts(i.stac)
+        items, base = read_item_dicts(i.stac, config.storage)
         if not items:
             raise ConfigError("inputs.stac", f"{i.stac} holds no STAC item")
         rows = asset_rows_from_items(items, i.assets, base, skipped, i.alternate)
