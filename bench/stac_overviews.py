@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT))
 def main() -> None:
     from pipeline.config import Config
     from pipeline.inputs.catalog import build_catalog
-    from pipeline.inputs.stac import items_from_files, write_item_collection
     from pipeline.tools.fixtures import write_fixtures
+    from pipeline.tools.stac_items import items_from_files, write_item_collection
 
     data = ROOT / "data_fixtures" / "casestudy"
     if not (data / "2024-06-11").exists():

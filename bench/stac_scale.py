@@ -180,7 +180,7 @@ def _odc(parquet: str, timeout: float) -> dict:
 
 def main() -> None:
     sys.path.insert(0, ROOT)
-    from pipeline.inputs.stac_parquet import write_geoparquet
+    from pipeline.tools.stac_items import write_geoparquet
 
     count = int(os.environ.get("STAC_ITEMS", "192000"))
     sub = min(count, int(os.environ.get("STAC_ODC_ITEMS", "4800")))

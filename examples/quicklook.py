@@ -25,7 +25,7 @@ def inputs_for(tiles: str, workdir: str) -> dict[str, Any]:
     plans from the items without opening a file. A STAC API works the same way:
     ``{"stac_search": {"url": ..., "collections": [...]}}``.
     """
-    from pipeline.inputs.stac import items_from_files, write_item_collection
+    from pipeline.tools.stac_items import items_from_files, write_item_collection
 
     items = items_from_files(glob.glob(os.path.join(tiles, "**", "*.tif"), recursive=True), href_base=workdir)
     return {"stac": write_item_collection(items, os.path.join(workdir, "items.json")), "groupby": "solar_day"}

@@ -17,7 +17,7 @@ import yaml
 
 from pipeline.config import load_config
 from pipeline.execute.runner import run
-from pipeline.inputs.stac_parquet import write_geoparquet
+from pipeline.tools.stac_items import write_geoparquet
 from tests.helpers import PATTERN, serve_stac
 from tests.realworld import (
     L_OFFSET,

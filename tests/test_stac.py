@@ -22,14 +22,8 @@ from pipeline.cli import main
 from pipeline.config import load_config
 from pipeline.errors import ConfigError
 from pipeline.execute.runner import run
-from pipeline.inputs.stac import (
-    compute_solar_day,
-    compute_time_steps,
-    items_from_files,
-    resolve_href,
-    write_item_collection,
-)
-from pipeline.inputs.stac_parquet import write_geoparquet
+from pipeline.inputs.stac import compute_solar_day, compute_time_steps, resolve_href
+from pipeline.tools.stac_items import items_from_files, write_geoparquet, write_item_collection
 from tests.helpers import PATTERN, serve_stac
 
 SCALE = {"B02": (0.0001, -0.1)}

@@ -37,11 +37,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -479,98 +477,3 @@ def stac_catalog(config: Config, max_threads: int = 8) -> Catalog:
         band_attrs=compute_band_attrs(rows),
         categorical=frozenset(str(b) for b in np.unique(rows["band"][rows["categorical"]])),
     )
-
-
-# --- writing items -------------------------------------------------------------------------------------
-
-
-def items_from_files(
-    paths: Iterable[str],
-    *,
-    pattern: str = r"(?P<date>\d{4}-\d{2}-\d{2})/(?P<tile>[^/]+)_(?P<band>[^/_.]+)\.tif$",
-    date_format: str = "%Y-%m-%d",
-    time_of_day: str = "10:30:00",
-    collection: str = "pipeline-fixtures",
-    href_base: str | None = None,
-    projection: bool = True,
-    raster: bool = True,
-    scale_offset: dict[str, tuple[float, float]] | None = None,
-) -> list[dict[str, Any]]:
-    """STAC items (dicts) for single-band GeoTIFFs: one item per (date, tile) of ``pattern``, one asset
-    per band keyed by its name, projection and raster extension fields from each file's header.
-
-    ``href_base``: hrefs relative to this folder (else absolute paths). ``scale_offset``: {band:
-    (scale, offset)} written into ``raster:bands``. The item time is the date at ``time_of_day`` UTC.
-    """
-    from pyproj import Transformer
-
-    rx = re.compile(pattern)
-    groups: dict[tuple[str, str], dict[str, str]] = {}
-    for path in sorted(os.path.abspath(p) for p in paths):
-        m = rx.search(path.replace(os.sep, "/"))
-        if m is None:
-            continue
-        g = m.groupdict()
-        groups.setdefault((g.get("date") or "", g.get("tile") or ""), {})[g["band"]] = path
-    items = []
-    for (date, tile), bands in sorted(groups.items()):
-        when = datetime.strptime(date, date_format) if date else datetime(1970, 1, 1)
-        stamp = f"{when:%Y-%m-%d}T{time_of_day}Z"
-        assets: dict[str, Any] = {}
-        boxes = []
-        for band, path in sorted(bands.items()):
-            hd = read_header(path)
-            asset: dict[str, Any] = {
-                "href": os.path.relpath(path, href_base) if href_base else path,
-                "type": "image/tiff; application=geotiff; profile=cloud-optimized",
-                "roles": ["data"],
-            }
-            if projection:
-                asset.update(
-                    {
-                        "proj:code": hd["crs"],
-                        "proj:shape": [hd["height"], hd["width"]],
-                        "proj:transform": [hd[c] for c in AFFINE],
-                        "proj:bbox": [hd["xmin"], hd["ymin"], hd["xmax"], hd["ymax"]],
-                    }
-                )
-            if raster:
-                rb: dict[str, Any] = {"data_type": hd["dtype"]}
-                if not np.isnan(hd["file_nodata"]):
-                    rb["nodata"] = hd["file_nodata"]
-                if scale_offset and band in scale_offset:
-                    rb["scale"], rb["offset"] = scale_offset[band]
-                asset["raster:bands"] = [rb]
-            assets[band] = asset
-            tr = Transformer.from_crs(hd["crs"], "EPSG:4326", always_xy=True)
-            boxes.append(tr.transform_bounds(hd["xmin"], hd["ymin"], hd["xmax"], hd["ymax"]))
-        bbox = [min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes)]
-        x0, y0, x1, y1 = bbox
-        exts = []
-        if projection:
-            exts.append("https://stac-extensions.github.io/projection/v2.0.0/schema.json")
-        if raster:
-            exts.append("https://stac-extensions.github.io/raster/v1.1.0/schema.json")
-        items.append(
-            {
-                "type": "Feature",
-                "stac_version": "1.1.0",
-                "stac_extensions": exts,
-                "id": f"{tile or 'tile'}_{when:%Y%m%d}",
-                "collection": collection,
-                "geometry": {"type": "Polygon", "coordinates": [[[x0, y0], [x1, y0], [x1, y1], [x0, y1], [x0, y0]]]},
-                "bbox": bbox,
-                "properties": {"datetime": stamp},
-                "links": [],
-                "assets": assets,
-            }
-        )
-    return items
-
-
-def write_item_collection(items: list[dict[str, Any]], path: str) -> str:
-    """An ItemCollection (GeoJSON FeatureCollection) file."""
-
-    with open(path, "w") as f:
-        json.dump({"type": "FeatureCollection", "features": items}, f)
-    return path

@@ -481,11 +481,3 @@ def _fill(out: np.ndarray, ok: np.ndarray, src: Any, at: np.ndarray, column: str
     idx = np.flatnonzero(ok)[has]
     unknown = (out[idx] == None) if text else np.isnan(out[idx])  # noqa: E711
     out[idx[unknown]] = vals[has][unknown]
-
-
-def write_geoparquet(items: list[dict[str, Any]], path: str) -> str:
-    """A stac-geoparquet file, written by rustac (the ``dev`` extra)."""
-    import rustac
-
-    rustac.write_sync(path, items)
-    return path
