@@ -116,7 +116,7 @@ def run(
 
         tune_malloc()
         import_rasterio()
-    from pipeline.execute.workers import start_worker_server
+    from pipeline.execute.workers import start_fork_server, start_worker_server
 
     _setup_logging(verbose, quiet)
     extra = {"execution.workers": workers, "execution.scheduler": scheduler, "execution.device": device}
@@ -128,6 +128,8 @@ def run(
     execution = raw.get("execution")
     if isinstance(execution, dict) and execution.get("scheduler") == "local-cluster":
         start_worker_server()  # the local workers' imports, on another core, while this process imports and plans
+    elif isinstance(execution, dict) and execution.get("scheduler") == "processes":
+        start_fork_server()
     cfg = validate(raw, source=config)
     import pipeline.execute.runner  # noqa: F401 - imported here, with the collector off
     from pipeline.api import run as run_pipeline

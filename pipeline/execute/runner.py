@@ -26,7 +26,7 @@ from pipeline.execute.device import (
 )
 from pipeline.execute.schedulers import execute_tasks, threads_available
 from pipeline.execute.task import TaskContext, peak_rss_mb
-from pipeline.execute.workers import start_worker_server
+from pipeline.execute.workers import start_fork_server, start_worker_server
 from pipeline.inputs.catalog import build_catalog
 from pipeline.inputs.netstats import summarise as summarise_network
 from pipeline.planning.plan import Plan, compute_plan
@@ -292,6 +292,8 @@ def run(
     own_workers = not config.execution.address and client is None
     if own_workers and config.execution.scheduler == "local-cluster":
         start_worker_server()  # its imports overlap the planning below (auto starts it once it picks a cluster)
+    elif own_workers and config.execution.scheduler == "processes":
+        start_fork_server()
     catalog, plan = plan_run(config, clock)
     if config.inputs.trust_index:  # planned without a request: check the store answers before writing
         from pipeline.storage import check_access

@@ -1,4 +1,5 @@
-"""Where a run's tasks execute: on threads in this process, on a local cluster the run starts, or on an
+"""Where a run's tasks execute: on threads in this process, on a pool of worker processes
+(:mod:`pipeline.execute.processes`), on a local cluster the run starts, or on an
 existing Dask cluster by address; each task's device decided first. Submits the costliest partitions
 first, collects records as they complete, retries failed tasks as Dask does."""
 
@@ -200,6 +201,35 @@ def _execute_threads(
     return records, exec_wall, n, names, {name: peak for name in names}
 
 
+def _execute_processes(
+    config: Config, todo: list[Any], ctx: TaskContext, progress: bool, crs: tuple[str, ...]
+) -> tuple[list[dict[str, Any]], float, int, list[str], dict[str, float]]:
+    """The partitions on a pool of worker processes forked from the fork server
+    (:mod:`pipeline.execute.processes`): no cluster, no GIL shared between tasks. Failed tasks, and tasks
+    whose worker died, are retried ``execution.retries`` times."""
+    from pipeline.execute.processes import ProcessPool
+    from pipeline.execute.workers import start_fork_server
+
+    n = (config.execution.workers or os.cpu_count() or 1) * config.execution.threads_per_worker
+    n = max(1, min(n, len(todo)))
+    decisions = _decide_devices(_InProcess(), config, todo, ctx)
+    start_fork_server()  # idempotent: a `processes` run started it before planning
+    records: list[dict[str, Any]] = []
+    pool = ProcessPool(n, ctx, crs)
+    try:
+        names = [w.name for w in pool.workers]
+        t_exec = time.perf_counter()
+        with _progress_bar(len(todo), progress) as bar:
+            for rec in pool.run(todo, decisions, config.execution.retries):
+                records.append(rec)
+                bar.update()
+        exec_wall = time.perf_counter() - t_exec
+    finally:
+        peaks = pool.close()
+    names += sorted(set(peaks) - set(names))  # workers that replaced a dead one
+    return records, exec_wall, n, names, peaks
+
+
 def threads_available(config: Config, threads: int) -> int:
     """The worker threads the config asked for: local runs start no more than they have partitions."""
     if config.execution.address:
@@ -226,9 +256,10 @@ def execute_tasks(
     scheduler, why = choose_scheduler(config, todo, given)
     logger.info("scheduler: %s (%s)", scheduler, why)
     info: dict[str, Any] = {"scheduler": scheduler, "reason": why}
-    if scheduler == "threads":
-        done, exec_wall, threads, names, info["worker_peak_mb"] = _execute_threads(config, todo, ctx, progress, crs)
-        info["worker_limit_mb"] = {name: _machine_mb() for name in names}  # one process: the machine's memory
+    if scheduler in ("threads", "processes"):
+        execute = _execute_threads if scheduler == "threads" else _execute_processes
+        done, exec_wall, threads, names, info["worker_peak_mb"] = execute(config, todo, ctx, progress, crs)
+        info["worker_limit_mb"] = {name: _machine_mb() for name in names}  # this machine's memory
         return done, exec_wall, threads, names, info
 
     from distributed import as_completed

@@ -68,14 +68,23 @@ def worker_start_method(configured: str | None = None) -> str:
     return "forkserver"
 
 
-def start_worker_server() -> None:
-    """Start the fork server now (idempotent), with the worker's stack to import, where it will be used."""
-    if worker_start_method(os.environ.get(_CONFIG_ENV, "spawn")) != "forkserver":
-        return
+PROCESS_PRELOAD = tuple(m for m in WORKER_PRELOAD if m != "distributed")
+"""What the fork server imports for ``execution.scheduler: processes``, whose workers never import Dask."""
+
+
+def start_fork_server(preload: tuple[str, ...] = PROCESS_PRELOAD) -> None:
+    """Start the fork server now (idempotent; one per process: a running one keeps its own preload)."""
     from multiprocessing import forkserver
 
-    multiprocessing.get_context("forkserver").set_forkserver_preload(list(WORKER_PRELOAD))
+    multiprocessing.get_context("forkserver").set_forkserver_preload(list(preload))
     forkserver.ensure_running()
+
+
+def start_worker_server() -> None:
+    """Start the fork server now (idempotent), with the cluster worker's stack to import, where it will be used."""
+    if worker_start_method(os.environ.get(_CONFIG_ENV, "spawn")) != "forkserver":
+        return
+    start_fork_server(WORKER_PRELOAD)
 
 
 class _Boto3OnDemand(types.ModuleType):
