@@ -104,20 +104,22 @@ def _progress_bar(total: int, shown: bool) -> Any:
     return contextlib.nullcontext(SimpleNamespace(update=lambda n=1: None))
 
 
-AUTO_THREADS_MAX_MB = 800.0
+AUTO_THREADS_MAX_MB = 100.0
 """``execution.scheduler: auto`` runs the partitions on threads in the driver up to this many MB of
-planned work (bytes to read plus bytes to write, summed over the partitions to do); above it, on a
-local cluster. Threads save the cluster's start and shutdown (0.9-1.1 s for "Dask alone" in
-``bench/bounds.py``) and every task's pickling; worker processes avoid the driver's GIL on the Python
-parts of each task, which grows with the work. Measured with ``BENCH_REPEATS=3 python bench/scheduler.py``
-(2 workers, 2 shared cores; docs/performance.md), threads' wall over the cluster's: small (4 MB) 0.44,
-casestudy (199 MB) 0.63, casestudy-x4 (797 MB) 0.95. The saving shrinks with size and would reach zero
-near ~1.1 GB on that trend; the bound is the largest size measured where threads still won."""
+planned work (bytes to read plus bytes to write, summed over the partitions to do); above it, on a pool
+of worker processes (:mod:`pipeline.execute.processes`). Threads save the pool's start (the fork server's
+imports and each worker's warm-up, ~0.6 s on 2 cores); processes share no GIL, which NumPy's short
+operations hand over between threads thousands of times a task. Measured with ``BENCH_REPEATS=3 python
+bench/scheduler.py`` (2 workers on 2 shared cores; docs/performance.md), wall over threads': small (4 MB)
+processes 1.62x, local cluster 2.89x; casestudy (199 MB) processes 0.75x, local cluster 1.63x;
+casestudy-x4 (797 MB) processes 1.01x, local cluster 1.41x. On the line through the small and case-study
+points the two meet near 80 MB. A local cluster lost at every size on one machine: auto picks it only for
+a GPU, whose device handling lives there."""
 
 
 def choose_scheduler(config: Config, todo: list[Any], given: Any = None) -> tuple[str, str]:
-    """(scheduler, reason): ``threads``, ``local-cluster``, the configured address or the caller's
-    client's scheduler, and why."""
+    """(scheduler, reason): ``threads``, ``processes``, ``local-cluster``, the configured address or the
+    caller's client's scheduler, and why."""
     chosen = config.execution.scheduler
     if given is not None:
         return str(given.scheduler.address), "the caller's distributed.Client was given"
@@ -126,13 +128,16 @@ def choose_scheduler(config: Config, todo: list[Any], given: Any = None) -> tupl
     if chosen != "auto":
         return chosen, f"execution.scheduler is {chosen}"
     if config.execution.device == "gpu":
-        return "local-cluster", "auto: GPU runs use worker processes"
+        return "local-cluster", "auto: GPU runs use a local cluster's worker processes"
     if config.execution.device == "auto" and detect_gpu().available:
-        return "local-cluster", "auto: a GPU is present; GPU runs use worker processes"
+        return "local-cluster", "auto: a GPU is present; GPU runs use a local cluster's worker processes"
     work_mb = sum(p.cost_bytes for p in todo) / 1e6
     if work_mb <= AUTO_THREADS_MAX_MB:
         return "threads", f"auto: {work_mb:.0f} MB of planned work <= {AUTO_THREADS_MAX_MB:.0f} MB: threads"
-    return "local-cluster", f"auto: {work_mb:.0f} MB of planned work > {AUTO_THREADS_MAX_MB:.0f} MB: a local cluster"
+    return (
+        "processes",
+        f"auto: {work_mb:.0f} MB of planned work > {AUTO_THREADS_MAX_MB:.0f} MB: worker processes (no GIL shared)",
+    )
 
 
 def _name_thread(ids: Iterator[int]) -> None:
