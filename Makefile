@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	$(BIN)/python -m compileall -q pipeline  # bytecode for the editable package even where PYTHONDONTWRITEBYTECODE is set
 	-$(BIN)/python -m compileall -qq $(VENV)/lib  # and for every installed module pip left without (~1 s when none)
+	PIPELINE_COMPILED=1 $(BIN)/python -c "from pipeline.resample.compiled import compile_all; compile_all()"  # numba's cache
 	touch $(STAMP)
 
 install: $(STAMP)  ## make .venv and install the project with dev tools

@@ -385,6 +385,10 @@ def run(
             "max_task_arg_bytes": max_arg,
             "scheduling_overhead_s": compute_task_overhead(records)[1] / max(threads, 1),
             "chunk_cost": chunk_cost,
+            "compiled_kernels": {  # PIPELINE_COMPILED=1 (pipeline.resample.compiled)
+                "windows": int(sum(r.get("compiled_windows", 0) for r in records)),
+                "ran": any(r.get("compiled_windows", 0) for r in records),
+            },
             "maps": {
                 "reused": int(sum(r.get("maps_reused", 0) for r in records)),
                 "made": int(sum(r.get("maps_made", 0) for r in records)),
