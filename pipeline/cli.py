@@ -126,9 +126,15 @@ def run(
 
     raw = read_config(config, list(sets) + [f"{k}={v}" for k, v in extra.items() if v is not None])
     execution = raw.get("execution")
-    if isinstance(execution, dict) and execution.get("scheduler") == "local-cluster":
+    execution = execution if isinstance(execution, dict) else {}
+    chosen = execution.get("scheduler")
+    if chosen == "local-cluster":
         start_worker_server()  # the local workers' imports, on another core, while this process imports and plans
-    elif isinstance(execution, dict) and execution.get("scheduler") == "processes":
+    elif chosen == "processes" or (
+        chosen in (None, "auto") and execution.get("device") != "gpu" and (os.cpu_count() or 1) > 1
+    ):
+        # The process pool's fork server likewise, and for auto too, which picks processes for all but small
+        # jobs: its imports take a core this process leaves idle while it imports and plans.
         start_fork_server()
     cfg = validate(raw, source=config)
     import pipeline.execute.runner  # noqa: F401 - imported here, with the collector off
