@@ -68,8 +68,13 @@ def worker_start_method(configured: str | None = None) -> str:
     return "forkserver"
 
 
-PROCESS_PRELOAD = tuple(m for m in WORKER_PRELOAD if m != "distributed")
-"""What the fork server imports for ``execution.scheduler: processes``, whose workers never import Dask."""
+PROCESS_PRELOAD = (
+    *(m for m in WORKER_PRELOAD if m != "distributed"),
+    "pipeline.execute.processes",
+    "pipeline.config.model",
+)
+"""What the fork server imports for ``execution.scheduler: processes``, whose workers never import Dask: the
+worker's stack, the pool's own module, and the config model (a task's context holds the storage settings)."""
 
 
 def start_fork_server(preload: tuple[str, ...] = PROCESS_PRELOAD) -> None:
