@@ -2,7 +2,9 @@
 
 Each worker is forked from the fork server (:mod:`pipeline.execute.workers`): a fresh single-threaded
 process that imported the worker's stack once, so a worker starts warm in milliseconds, inherits no
-driver thread, lock or GDAL state, and never re-runs the caller's script. Python's forkserver and spawn
+driver thread, lock or GDAL state (the server has loaded GDAL but runs no thread and opens no dataset,
+so no lock can be held when it forks; forking the driver itself could copy a lock held by zarr's I/O
+thread or a GDAL call in flight), and never re-runs the caller's script. Python's forkserver and spawn
 starts re-run the parent's ``__main__`` in every child (the reason scripts need an ``if __name__ ==
 "__main__"`` guard); these workers are sent everything but the parent's main module, since they run
 only :func:`~pipeline.execute.task.run_partition`. A script without that guard therefore works.
