@@ -136,10 +136,16 @@ class ProcessPool:
     def __init__(self, n: int, ctx: TaskContext, crs: tuple[str, ...]) -> None:
         self.ctx, self.crs = ctx, crs
         self.started = 0
-        self.workers = [self._start() for _ in range(n)]
+        self.workers: list[_Worker] = []
         self.peak_mb: dict[str, float] = {}
-        for w in self.workers:  # each warms up on its own core; wait for all before the clock starts
-            self._ready(w)
+        try:
+            for _ in range(n):
+                self.workers.append(self._start())
+            for w in self.workers:  # each warms up on its own core; wait for all before the clock starts
+                self._ready(w)
+        except BaseException:
+            self.close()
+            raise
 
     def _start(self) -> _Worker:
         w = _Worker(f"process-{self.started}", self.ctx, self.crs)
