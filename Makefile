@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	$(BIN)/python -m compileall -q pipeline  # bytecode for the editable package even where PYTHONDONTWRITEBYTECODE is set
 	-$(BIN)/python -m compileall -qq $(VENV)/lib  # and for every installed module pip left without (~1 s when none)
+	PIPELINE_COMPILED=1 $(BIN)/python -c "from pipeline.resample.compiled import compile_all; compile_all()"  # numba's cache
 	touch $(STAMP)
 
 install: $(STAMP)  ## make .venv and install the project with dev tools
@@ -38,9 +39,10 @@ bench: bench-deps fixtures  ## case study: 1 vs 2 workers, against odc-stac and 
 	$(BIN)/python -W ignore bench/bounds.py
 	$(BIN)/python bench/plan_scale.py
 
-bench-scale: bench-deps  ## the bounds on 4x the case study's work (8 dates; writes a 389 MB fixture once)
+bench-scale: bench-deps fixtures  ## the bounds on 4x the case study's work (8 dates; writes a 389 MB fixture once); the sizing model checked
 	@[ -d data_fixtures/casestudy-x4/2024-07-06 ] || $(BIN)/pipeline fixtures data_fixtures/casestudy-x4 --preset casestudy-x4
 	BENCH_CONFIG=configs/casestudy-x4.yaml BENCH_REPEATS=$${BENCH_REPEATS:-3} $(BIN)/python -W ignore bench/bounds.py
+	BENCH_REPEATS=$${BENCH_REPEATS:-3} $(BIN)/python -W ignore bench/projection.py
 
 bench-mixed: bench-deps  ## odc-stac and gdalwarp on the mixed preset (3 UTM zones, 60 m bands, 3 dates; writes it once)
 	@[ -d data_fixtures/mixed/2024-07-01 ] || $(BIN)/pipeline fixtures data_fixtures/mixed --preset mixed
@@ -58,8 +60,9 @@ bench-deps: $(STAMP)  # the peers (the bench extra; Debian's gdal-bin where it c
 	$(BIN)/python -m compileall -q pipeline
 	-$(BIN)/python -m compileall -qq $(VENV)/lib
 
-bench-kernels: $(STAMP)  ## array kernels vs GDAL's warper, Mpx/s per method, one core
+bench-kernels: $(STAMP)  ## array kernels vs GDAL's warper, Mpx/s per method, one core; the compiled kernels vs NumPy's
 	$(BIN)/python bench/kernels.py
+	$(BIN)/python -W ignore bench/compiled.py
 
 .PHONY: bench-geometry
 bench-geometry: fixtures  ## case study with coordinate maps and taps kept vs made per window; reads by window vs union

@@ -2,16 +2,15 @@
 
 Five whole-process commands, interleaved, medians after a warm-up (as ``bench/peers.py``):
 
-* the pipeline, as ``bench/peers.py`` runs it (2 workers; ``execution.scheduler: auto``, which runs
-  these fixtures on threads in one process);
+* the pipeline, as ``bench/peers.py`` runs it (2 workers; ``execution.scheduler: auto``: threads up to
+  100 MB of planned work, a pool of processes above, so processes for the case study and casestudy-x4);
 * the same run with resampling free: ``bench/free_resampling/`` on PYTHONPATH swaps the kernels for a
   copy of each source window, so it reads, plans, schedules and writes as usual (its cube is not
   resampled and is written apart);
 * the same tasks on 2 processes, no scheduler: ``bench/split_run.py`` in 2 processes started together,
   each planning and running half the partitions (split by planned cost, longest first) on one thread;
-  the bound on what the run's 2 threads could reach if they scaled as processes do (threads share one
-  interpreter: NumPy hands the GIL over around each array operation, and the kernels' operations are
-  short);
+  what the run's executor could reach with no executor at all (no fork server, no pipes, no records
+  gathered);
 * start-up alone: a Python process that imports what a run imports (the CLI, the config model, the
   stages, rasterio, numcodecs, pyarrow), as ``pipeline run`` does, and exits: the fixed cost of any
   run before its first pixel;

@@ -1,11 +1,11 @@
-"""Threads against a local cluster, whole processes, on fixtures of growing size: the measurement behind
-``execution.scheduler: auto`` (:data:`pipeline.execute.schedulers.AUTO_THREADS_MAX_MB`).
+"""Threads, a pool of processes and a local cluster, whole ``pipeline run`` processes, on fixtures of growing
+size: the measurement behind ``execution.scheduler: auto`` (:func:`pipeline.execute.schedulers.choose_scheduler`).
 
 For each config (``configs/small.yaml``, ``configs/casestudy.yaml``, and ``configs/casestudy-x4.yaml``
 where its fixture exists): ``pipeline run CONFIG --workers 2 --set execution.scheduler=S`` for S in
-threads and local-cluster, taking turns, ``BENCH_REPEATS`` times (default 3) after a warm-up of each;
-medians, the ratio threads / local-cluster, and the planned work (MB to read plus MB to write) that
-auto compares with its bound. Also each run's peak memory (driver, workers) from its report.
+threads, processes and local-cluster, taking turns, ``BENCH_REPEATS`` times (default 3) after a warm-up of
+each; medians, each one's ratio to threads, and the planned work (MB to read plus MB to write) that auto
+compares with its bounds. Also each run's peak memory (driver, workers) from its report.
 Writes ``bench/results/scheduler.json``. ``BENCH_CONFIGS`` (comma-separated paths) picks the configs.
 """
 
@@ -21,7 +21,7 @@ from save import run_args, save_json
 
 ROOT = peers.ROOT
 OUT = os.path.join(ROOT, "out", "scheduler")
-SCHEDULERS = ("threads", "local-cluster")
+SCHEDULERS = tuple(os.environ.get("BENCH_SCHEDULERS", "threads,processes,local-cluster").split(","))
 
 
 def planned_mb(config: str) -> float:
@@ -82,16 +82,12 @@ def main() -> None:
             "planned_mb": planned_mb(config),
             "times_s": times,
             "median_s": med,
-            "threads_over_cluster": med["threads"] / med["local-cluster"],
+            "over_threads": {s: med[s] / med["threads"] for s in SCHEDULERS if "threads" in med},
             "memory": memory,
         }
         r = results[name]
-        print(
-            f"{name:<14} planned {r['planned_mb']:7.1f} MB   threads {med['threads']:6.2f} s   "
-            f"local-cluster {med['local-cluster']:6.2f} s   ratio {r['threads_over_cluster']:.2f}   "
-            f"({peers.REPEATS} interleaved runs)",
-            flush=True,
-        )
+        cols = "   ".join(f"{s} {med[s]:6.2f} s ({r['over_threads'].get(s, 0):.2f}x)" for s in SCHEDULERS)
+        print(f"{name:<14} planned {r['planned_mb']:7.1f} MB   {cols}   ({peers.REPEATS} interleaved runs)", flush=True)
     print("saved", save_json("scheduler", {"repeats": peers.REPEATS, "cores": os.cpu_count(), "results": results}))
 
 

@@ -116,7 +116,7 @@ def run(
 
         tune_malloc()
         import_rasterio()
-    from pipeline.execute.workers import start_worker_server
+    from pipeline.execute.workers import start_fork_server, start_worker_server
 
     _setup_logging(verbose, quiet)
     extra = {"execution.workers": workers, "execution.scheduler": scheduler, "execution.device": device}
@@ -126,8 +126,16 @@ def run(
 
     raw = read_config(config, list(sets) + [f"{k}={v}" for k, v in extra.items() if v is not None])
     execution = raw.get("execution")
-    if isinstance(execution, dict) and execution.get("scheduler") == "local-cluster":
+    execution = execution if isinstance(execution, dict) else {}
+    chosen = execution.get("scheduler")
+    if chosen == "local-cluster":
         start_worker_server()  # the local workers' imports, on another core, while this process imports and plans
+    elif chosen == "processes" or (
+        chosen in (None, "auto") and execution.get("device") != "gpu" and (os.cpu_count() or 1) > 1
+    ):
+        # The process pool's fork server likewise, and for auto too, which picks processes for all but small
+        # jobs: its imports take a core this process leaves idle while it imports and plans.
+        start_fork_server()
     cfg = validate(raw, source=config)
     import pipeline.execute.runner  # noqa: F401 - imported here, with the collector off
     from pipeline.api import run as run_pipeline
@@ -290,7 +298,7 @@ def report(report_json: str, html_out: str | None) -> None:
 
 
 # The names of pipeline.tools.fixtures.PRESETS, which this module does not import: a test keeps them equal.
-PRESET_NAMES = ["small", "casestudy", "casestudy-x4", "mixed"]
+PRESET_NAMES = ["small", "casestudy", "casestudy-x4", "calibration", "mixed"]
 
 
 @main.command()

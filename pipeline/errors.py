@@ -46,3 +46,7 @@ class StoreError(PipelineError, OSError):
 
 class DeviceError(PipelineError, RuntimeError):
     """A device was requested that this machine cannot provide."""
+
+
+class WorkerError(PipelineError, RuntimeError):
+    """A worker process of the run died (killed, out of memory) or sent back an error it could not pickle."""

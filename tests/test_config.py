@@ -197,7 +197,7 @@ def test_every_key_of_the_full_config_validates() -> None:
         ("execution.workers", "many", "must be an integer >= 1"),
         ("execution.partition_mb", 0, "must be a positive number"),
         ("execution.device", "tpu", "must be one of auto | cpu | gpu"),
-        ("execution.scheduler", "fast", "must be auto | threads | local-cluster or an address"),
+        ("execution.scheduler", "fast", "must be auto | threads | processes | local-cluster or an address"),
         ("execution.gpu_profile.h2d_gb_s", -1, "must be a positive number"),
         ("execution.gpu_profile.gpu_mpx_s.lanczos", 3, "must be one of nearest | bilinear"),
         ("storage.anonymous", "yes", "must be true or false"),

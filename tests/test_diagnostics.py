@@ -320,3 +320,43 @@ def test_checks_on_task_times_need_enough_tasks(clean: dict[str, Any]) -> None:
     assert len(more["tasks"]) >= 10
     more["diagnostics"] = compute_diagnostics(more)
     assert "task_overhead" in warned(more), more["diagnostics"]
+
+
+@pytest.fixture(scope="module")
+def real_tiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiles at the case study's real size (10.98 km, 2x2 per zone, two zones), two bands, two dates."""
+    from pipeline.tools import fixtures
+
+    out = tmp_path_factory.mktemp("real") / "tiles"
+    preset = fixtures.Preset(
+        bands=("B02", "B11"), tile_m=10980, tiles_per_zone_xy=(2, 2), dates=("2024-06-01", "2024-06-11"), overlap_m=960
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(fixtures.PRESETS, "real-two-bands", preset)
+        fixtures.write_fixtures(out, "real-two-bands")
+    return out
+
+
+def test_tiny_chunks_on_a_real_sized_job_warn_as_plan_advises_and_the_advice_removes_it(
+    tmp_path: Path, real_tiles: Path
+) -> None:
+    """64² chunks: every chunk has one size, so the run's own fit cannot see the fixed cost; the check takes
+    this machine's (measured once), warns, and agrees with `pipeline plan`."""
+    from pipeline.execute.runner import plan_run, summarise_plan
+
+    path = write_config(tmp_path, str(real_tiles / "**" / "*.tif"))
+    tiny = load_config(path, ["output.chunks={y: 64, x: 64}", "execution.partition_mb=1"])
+    catalog, plan = plan_run(tiny)
+    plan_advice = [a for a in summarise_plan(tiny, catalog, plan)["advice"] if "output.chunks" in a]
+    report = run(tiny).report
+    assert "chunk_size" in warned(report), report["diagnostics"]
+    assert report["execution"]["chunk_cost"]["fixed_s"] > 0 and "this machine's" in next(
+        d["detail"] for d in report["diagnostics"] if d["check"] == "chunk_size"
+    )
+    chunks = suggested(advice(report, "chunk_size"), "output.chunks")
+    assert len(plan_advice) == 1 and suggested(plan_advice[0], "output.chunks") == chunks
+    fixed_cfg = load_config(path, [f"output.chunks={chunks}", "execution.partition_mb=1"])
+    fixed = run(fixed_cfg, overwrite=True).report
+    assert "chunk_size" not in warned(fixed), fixed["diagnostics"]
+    catalog, plan = plan_run(fixed_cfg)
+    assert not [a for a in summarise_plan(fixed_cfg, catalog, plan)["advice"] if "output.chunks" in a]

@@ -7,7 +7,20 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "pipeline"
-KERNELS = {"methods", "coords", "kernels", "point", "weighted", "footprint", "rank", "common", "fuse", "parity"}
+KERNELS = {
+    "methods",
+    "coords",
+    "kernels",
+    "point",
+    "weighted",
+    "footprint",
+    "rank",
+    "common",
+    "fuse",
+    "parity",
+    "compiled",
+    "fused",
+}
 """The pure kernel modules of :mod:`pipeline.resample` (its ``warp`` and ``transform`` are stage glue)."""
 STAGES = ("pipeline.inputs", "pipeline.planning", "pipeline.resample", "pipeline.store", "pipeline.report")
 

@@ -77,3 +77,19 @@ def test_sizing_from_a_measured_run(virtual: Path, tmp_path: Path, small_dir: Pa
         ).stdout
     )["sizing"]
     assert slow["workers_needed"] < sizing["workers_needed"]
+
+
+def test_project_wall_spreads_task_seconds_over_workers_and_keeps_the_fixed_parts() -> None:
+    from pipeline.report.sizing import project_wall
+
+    report = {
+        "stage_task_s": {"read": 2.0, "resample": 3.0, "write": 1.0, "index": 0.1, "plan": 0.1, "finalize": 0.2},
+        "stages": {"overhead": 0.5},
+        "inputs": {"bytes_read": 100, "files": 10},
+        "tasks": [{"bytes_written": 50}],
+    }
+    same = project_wall(report, {"bytes_to_read": 100, "bytes_out": 50, "driver_s": 0.2}, workers=2)
+    assert same["wall_s"] == pytest.approx(0.2 + 0.2 + 6.0 / 2 + 0.5)
+    four = project_wall(report, {"bytes_to_read": 400, "bytes_out": 200, "driver_s": 0.3}, workers=4)
+    assert four["task_s"] == pytest.approx({"read": 8.0, "resample": 12.0, "write": 4.0})
+    assert four["wall_s"] == pytest.approx(0.3 + 0.2 + 24.0 / 4 + 0.5)

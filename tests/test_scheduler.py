@@ -114,7 +114,7 @@ def test_auto_picks_threads_for_the_small_fixture(tmp_path: Path, small_dir: Pat
     assert set(result.report["workers"]) == {"thread-0", "thread-1"}
 
 
-def test_auto_picks_a_cluster_above_the_bound_for_addresses_and_gpus(
+def test_auto_picks_processes_above_the_bound_and_a_cluster_for_addresses_and_gpus(
     tmp_path: Path, small_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
@@ -125,7 +125,7 @@ def test_auto_picks_a_cluster_above_the_bound_for_addresses_and_gpus(
     assert choose_scheduler(cfg, todo)[0] == "threads"
     monkeypatch.setattr(pipeline.execute.schedulers, "AUTO_THREADS_MAX_MB", 0.5)  # the small fixture counts as large
     scheduler, reason = choose_scheduler(cfg, todo)
-    assert scheduler == "local-cluster" and "> 0 MB" in reason
+    assert scheduler == "processes" and "> 0 MB" in reason
     address = load_config(path, ["execution.scheduler=tcp://127.0.0.1:8786"])
     assert choose_scheduler(address, todo) == ("tcp://127.0.0.1:8786", "an existing Dask scheduler was given")
     gpu = load_config(path, ["execution.device=gpu"])

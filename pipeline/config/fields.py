@@ -225,7 +225,9 @@ def auto_none(value: Any) -> Any:
 def as_scheduler(value: str) -> str:
     """``execution.scheduler``: one of the modes, or a scheduler's address."""
     if value not in SCHEDULERS and "://" not in value:
-        raise ValueError(f"must be auto | threads | local-cluster or an address like tcp://host:8786, got {value!r}")
+        raise ValueError(
+            f"must be auto | threads | processes | local-cluster or an address like tcp://host:8786, got {value!r}"
+        )
     return value
 
 

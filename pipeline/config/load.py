@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 # Keys whose values are paths (resolved against the config folder or the cwd).
 _PATH_KEYS = {"inputs.paths", "inputs.stac", "inputs.index", "output.path", "report.path"}
-SCHEDULERS = ("auto", "threads", "local-cluster")
+SCHEDULERS = ("auto", "threads", "processes", "local-cluster")
 """``execution.scheduler``'s modes; any other value is the address of an existing Dask scheduler."""
 
 

@@ -294,7 +294,10 @@ class ExecutionConfig(Section):
 
     scheduler: Annotated[str, AfterValidator(as_scheduler)] = Field(
         "auto",
-        description="auto | threads | local-cluster | the address of an existing Dask scheduler (tcp://host:8786).",
+        description=(
+            "auto | threads | processes (a pool of worker processes on this machine, no Dask cluster) | "
+            "local-cluster | the address of an existing Dask scheduler (tcp://host:8786)."
+        ),
     )
     workers: Annotated[
         PosInt | None, BeforeValidator(auto_none, json_schema_input_type=Literal["auto"] | PosInt | None)

@@ -20,13 +20,15 @@ import numpy as np
 from pipeline import __version__
 from pipeline.config import Config, is_url
 from pipeline.errors import ConfigError, StoreError
+from pipeline.execute.chunkcost import chunk_cost as chunk_cost_now
+from pipeline.execute.chunkcost import planned_chunk, small_chunks
 from pipeline.execute.device import (
     check_request,
     detect_gpu,
 )
 from pipeline.execute.schedulers import execute_tasks, threads_available
 from pipeline.execute.task import TaskContext, peak_rss_mb
-from pipeline.execute.workers import start_worker_server
+from pipeline.execute.workers import start_fork_server, start_worker_server
 from pipeline.inputs.catalog import build_catalog, describe_bands
 from pipeline.inputs.netstats import summarise as summarise_network
 from pipeline.planning.plan import Plan, compute_plan
@@ -111,26 +113,15 @@ def _no_overlap(config: Config, plan: Plan) -> str:
     )
 
 
-PLAN_CHUNK_BYTES = 16 * 1024
-"""``pipeline plan`` advises larger ``output.chunks`` below this many bytes a chunk: fixed per-chunk costs
-were 69% of a 8 KiB chunk's time and 14% of a 32 KiB one's on the small fixture (the ``chunk_size``
-diagnostic measures them in each run; README, Diagnostics)."""
-
-
 def _plan_chunk_advice(plan: Plan) -> list[str]:
-    """Sizing advice from the plan alone: chunk size, and reads at full resolution for a coarser grid."""
-    from pipeline.report.diagnostics import READ_AMPLIFICATION, chunk_size_advice
+    """Sizing advice from the plan alone: chunk size (by the run's own rule, :mod:`pipeline.execute.chunkcost`),
+    and reads at full resolution for a coarser grid."""
+    from pipeline.execute.chunkcost import plan_chunk_advice, planned_chunk
+    from pipeline.report.diagnostics import READ_AMPLIFICATION
 
-    advice = []
-    ch, cw = plan.grid.chunks_yx
-    itemsize = max((np.dtype(b.dtype).itemsize for b in plan.bands), default=1)
-    chunk_bytes = ch * cw * itemsize
-    if chunk_bytes < PLAN_CHUNK_BYTES:
-        to_set = chunk_size_advice((ch, cw), chunk_bytes, None, plan.grid.shape_yx)
-        advice.append(
-            f"chunks of {chunk_bytes / 1024:.0f} KiB: under {PLAN_CHUNK_BYTES // 1024} KiB fixed per-chunk "
-            f"costs dominate; {to_set}"
-        )
+    chunks = plan_chunk_advice(plan)
+    advice = [chunks] if chunks else []
+    chunk_bytes, _ = planned_chunk(plan)
     written = plan.n_jobs * chunk_bytes
     full = plan.levels_used.get("full", 0)
     if written and plan.bytes_read > READ_AMPLIFICATION * written and full * 2 >= sum(plan.levels_used.values()):
@@ -331,6 +322,8 @@ def run(
     own_workers = not config.execution.address and client is None
     if own_workers and config.execution.scheduler == "local-cluster":
         start_worker_server()  # its imports overlap the planning below (auto starts it once it picks a cluster)
+    elif own_workers and config.execution.scheduler == "processes":
+        start_fork_server()
     catalog, plan = plan_run(config, clock)
     if config.inputs.trust_index:  # planned without a request: check the store answers before writing
         from pipeline.storage import check_access
@@ -363,6 +356,10 @@ def run(
     if todo:
         crs = tuple(sorted(set(catalog.tiles["crs"])))
         records, exec_wall, threads, worker_names, info = execute_tasks(config, todo, ctx, progress, crs, client)
+    chunk_bytes, _ = planned_chunk(plan)
+    # The `chunk_size` check's fixed cost per chunk: this machine's, measured once (after the tasks, so a
+    # first measurement competes with nothing), looked up only where chunks are small enough to judge.
+    chunk_cost = chunk_cost_now() if small_chunks(chunk_bytes, sum(r["chunks"] for r in records)) else None
 
     with clock.stage("finalize"):
         if removing is not None:
@@ -438,6 +435,11 @@ def run(
             "exec_wall_s": exec_wall,
             "max_task_arg_bytes": max_arg,
             "scheduling_overhead_s": compute_task_overhead(records)[1] / max(threads, 1),
+            "chunk_cost": chunk_cost,
+            "compiled_kernels": {  # PIPELINE_COMPILED=1 (pipeline.resample.compiled)
+                "windows": int(sum(r.get("compiled_windows", 0) for r in records)),
+                "ran": any(r.get("compiled_windows", 0) for r in records),
+            },
             "maps": {
                 "reused": int(sum(r.get("maps_reused", 0) for r in records)),
                 "made": int(sum(r.get("maps_made", 0) for r in records)),

@@ -1,4 +1,5 @@
-"""Where a run's tasks execute: on threads in this process, on a local cluster the run starts, or on an
+"""Where a run's tasks execute: on threads in this process, on a pool of worker processes
+(:mod:`pipeline.execute.processes`), on a local cluster the run starts, or on an
 existing Dask cluster by address; each task's device decided first. Submits the costliest partitions
 first, collects records as they complete, retries failed tasks as Dask does."""
 
@@ -103,20 +104,22 @@ def _progress_bar(total: int, shown: bool) -> Any:
     return contextlib.nullcontext(SimpleNamespace(update=lambda n=1: None))
 
 
-AUTO_THREADS_MAX_MB = 800.0
+AUTO_THREADS_MAX_MB = 100.0
 """``execution.scheduler: auto`` runs the partitions on threads in the driver up to this many MB of
-planned work (bytes to read plus bytes to write, summed over the partitions to do); above it, on a
-local cluster. Threads save the cluster's start and shutdown (0.9-1.1 s for "Dask alone" in
-``bench/bounds.py``) and every task's pickling; worker processes avoid the driver's GIL on the Python
-parts of each task, which grows with the work. Measured with ``BENCH_REPEATS=3 python bench/scheduler.py``
-(2 workers, 2 shared cores; docs/performance.md), threads' wall over the cluster's: small (4 MB) 0.44,
-casestudy (199 MB) 0.63, casestudy-x4 (797 MB) 0.95. The saving shrinks with size and would reach zero
-near ~1.1 GB on that trend; the bound is the largest size measured where threads still won."""
+planned work (bytes to read plus bytes to write, summed over the partitions to do); above it, on a pool
+of worker processes (:mod:`pipeline.execute.processes`). Threads save the pool's start (the fork server's
+imports and each worker's warm-up, ~0.6 s on 2 cores); processes share no GIL, which NumPy's short
+operations hand over between threads thousands of times a task. Measured with ``BENCH_REPEATS=3 python
+bench/scheduler.py`` (2 workers on 2 shared cores; docs/performance.md), wall over threads': small (4 MB)
+processes 1.62x, local cluster 2.89x; casestudy (199 MB) processes 0.75x, local cluster 1.63x;
+casestudy-x4 (797 MB) processes 1.01x, local cluster 1.41x. On the line through the small and case-study
+points the two meet near 80 MB. A local cluster lost at every size on one machine: auto picks it only for
+a GPU, whose device handling lives there."""
 
 
 def choose_scheduler(config: Config, todo: list[Any], given: Any = None) -> tuple[str, str]:
-    """(scheduler, reason): ``threads``, ``local-cluster``, the configured address or the caller's
-    client's scheduler, and why."""
+    """(scheduler, reason): ``threads``, ``processes``, ``local-cluster``, the configured address or the
+    caller's client's scheduler, and why."""
     chosen = config.execution.scheduler
     if given is not None:
         return str(given.scheduler.address), "the caller's distributed.Client was given"
@@ -125,13 +128,16 @@ def choose_scheduler(config: Config, todo: list[Any], given: Any = None) -> tupl
     if chosen != "auto":
         return chosen, f"execution.scheduler is {chosen}"
     if config.execution.device == "gpu":
-        return "local-cluster", "auto: GPU runs use worker processes"
+        return "local-cluster", "auto: GPU runs use a local cluster's worker processes"
     if config.execution.device == "auto" and detect_gpu().available:
-        return "local-cluster", "auto: a GPU is present; GPU runs use worker processes"
+        return "local-cluster", "auto: a GPU is present; GPU runs use a local cluster's worker processes"
     work_mb = sum(p.cost_bytes for p in todo) / 1e6
     if work_mb <= AUTO_THREADS_MAX_MB:
         return "threads", f"auto: {work_mb:.0f} MB of planned work <= {AUTO_THREADS_MAX_MB:.0f} MB: threads"
-    return "local-cluster", f"auto: {work_mb:.0f} MB of planned work > {AUTO_THREADS_MAX_MB:.0f} MB: a local cluster"
+    return (
+        "processes",
+        f"auto: {work_mb:.0f} MB of planned work > {AUTO_THREADS_MAX_MB:.0f} MB: worker processes (no GIL shared)",
+    )
 
 
 def _name_thread(ids: Iterator[int]) -> None:
@@ -200,6 +206,35 @@ def _execute_threads(
     return records, exec_wall, n, names, {name: peak for name in names}
 
 
+def _execute_processes(
+    config: Config, todo: list[Any], ctx: TaskContext, progress: bool, crs: tuple[str, ...]
+) -> tuple[list[dict[str, Any]], float, int, list[str], dict[str, float]]:
+    """The partitions on a pool of worker processes forked from the fork server
+    (:mod:`pipeline.execute.processes`): no cluster, no GIL shared between tasks. Failed tasks, and tasks
+    whose worker died, are retried ``execution.retries`` times."""
+    from pipeline.execute.processes import ProcessPool
+    from pipeline.execute.workers import start_fork_server
+
+    n = (config.execution.workers or os.cpu_count() or 1) * config.execution.threads_per_worker
+    n = max(1, min(n, len(todo)))
+    decisions = _decide_devices(_InProcess(), config, todo, ctx)
+    start_fork_server()  # idempotent: a `processes` run started it before planning
+    records: list[dict[str, Any]] = []
+    pool = ProcessPool(n, ctx, crs)
+    try:
+        names = [w.name for w in pool.workers]
+        t_exec = time.perf_counter()
+        with _progress_bar(len(todo), progress) as bar:
+            for rec in pool.run(todo, decisions, config.execution.retries):
+                records.append(rec)
+                bar.update()
+        exec_wall = time.perf_counter() - t_exec
+    finally:
+        peaks = pool.close()
+    names += sorted(set(peaks) - set(names))  # workers that replaced a dead one
+    return records, exec_wall, n, names, peaks
+
+
 def threads_available(config: Config, threads: int) -> int:
     """The worker threads the config asked for: local runs start no more than they have partitions."""
     if config.execution.address:
@@ -226,9 +261,10 @@ def execute_tasks(
     scheduler, why = choose_scheduler(config, todo, given)
     logger.info("scheduler: %s (%s)", scheduler, why)
     info: dict[str, Any] = {"scheduler": scheduler, "reason": why}
-    if scheduler == "threads":
-        done, exec_wall, threads, names, info["worker_peak_mb"] = _execute_threads(config, todo, ctx, progress, crs)
-        info["worker_limit_mb"] = {name: _machine_mb() for name in names}  # one process: the machine's memory
+    if scheduler in ("threads", "processes"):
+        execute = _execute_threads if scheduler == "threads" else _execute_processes
+        done, exec_wall, threads, names, info["worker_peak_mb"] = execute(config, todo, ctx, progress, crs)
+        info["worker_limit_mb"] = {name: _machine_mb() for name in names}  # this machine's memory
         return done, exec_wall, threads, names, info
 
     from distributed import as_completed

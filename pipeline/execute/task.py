@@ -21,7 +21,7 @@ from pipeline.inputs import netstats
 from pipeline.inputs.read import configure_reads, open_count, read_window
 from pipeline.planning.grid import offset_transform
 from pipeline.planning.plan import BandSpec, Partition
-from pipeline.resample import FirstValid, fuse_arrays
+from pipeline.resample import FirstValid, compiled, fuse_arrays
 from pipeline.resample.warp import MAPS, RowSpan, warp_window
 from pipeline.store.write import StoreWriter, journal_record
 
@@ -164,6 +164,7 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
     start = time.time()
     opened_before = open_count()
     hits_before, misses_before = MAPS.tally()
+    compiled_before = compiled.calls()
     read_s = resample_s = write_s = 0.0
     bytes_read = bytes_written = windows_skipped = 0
     tiles: set[str] = set()
@@ -261,6 +262,7 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
         "maps_reused": hits - hits_before,
         "maps_made": misses - misses_before,
         "maps_kept_mb": MAPS.bytes / 1e6,
+        "compiled_windows": compiled.calls() - compiled_before,
         "read_s": read_s,
         "resample_s": resample_s,
         "write_s": write_s,

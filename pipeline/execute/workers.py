@@ -68,14 +68,28 @@ def worker_start_method(configured: str | None = None) -> str:
     return "forkserver"
 
 
-def start_worker_server() -> None:
-    """Start the fork server now (idempotent), with the worker's stack to import, where it will be used."""
-    if worker_start_method(os.environ.get(_CONFIG_ENV, "spawn")) != "forkserver":
-        return
+PROCESS_PRELOAD = (
+    *(m for m in WORKER_PRELOAD if m != "distributed"),
+    "pipeline.execute.processes",
+    "pipeline.config.model",
+)
+"""What the fork server imports for ``execution.scheduler: processes``, whose workers never import Dask: the
+worker's stack, the pool's own module, and the config model (a task's context holds the storage settings)."""
+
+
+def start_fork_server(preload: tuple[str, ...] = PROCESS_PRELOAD) -> None:
+    """Start the fork server now (idempotent; one per process: a running one keeps its own preload)."""
     from multiprocessing import forkserver
 
-    multiprocessing.get_context("forkserver").set_forkserver_preload(list(WORKER_PRELOAD))
+    multiprocessing.get_context("forkserver").set_forkserver_preload(list(preload))
     forkserver.ensure_running()
+
+
+def start_worker_server() -> None:
+    """Start the fork server now (idempotent), with the cluster worker's stack to import, where it will be used."""
+    if worker_start_method(os.environ.get(_CONFIG_ENV, "spawn")) != "forkserver":
+        return
+    start_fork_server(WORKER_PRELOAD)
 
 
 class _Boto3OnDemand(types.ModuleType):

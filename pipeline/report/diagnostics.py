@@ -36,10 +36,10 @@ MIN_CHUNKS = 50
 """``chunk_size`` fits its per-chunk line over at least this many chunks."""
 
 
-CHUNK_FIXED_SHARE = 0.5
-"""``chunk_size`` warns when fixed per-chunk costs are over this share of the chunks' time. Measured on
-the small fixture (threads, 2 workers): 32x32 chunks 1.00, 64x64 0.89, 128x128 0.27
-(docs/performance.md)."""
+CHUNK_FIXED_SHARE = 0.3
+"""``chunk_size`` (and ``pipeline plan``) warn when fixed per-chunk costs are over this share of the
+chunks' time: past it, chunks 4x larger would cut the time by over a fifth. The fixed cost per chunk is
+this machine's, measured once (:mod:`pipeline.execute.chunkcost`; docs/performance.md)."""
 
 
 GUIDE_CHUNK_BYTES = 1 << 20
@@ -352,26 +352,40 @@ def _chunk_bytes(report: dict[str, Any]) -> tuple[int, tuple[int, int]]:
     return int(raw / cells * chunks_yx[0] * chunks_yx[1]), (int(chunks_yx[0]), int(chunks_yx[1]))
 
 
+def chunk_fixed_share(fixed_s: float, per_mb_s: float, mb: float) -> float:
+    """The share of a chunk's time that is fixed, for a chunk of ``mb`` MB read and written."""
+    total = fixed_s + per_mb_s * mb
+    return fixed_s / total if total > 0 else 0.0
+
+
 def _check_chunk_size(report: dict[str, Any]) -> dict[str, str]:
-    """Fixed per-chunk costs, measured from the run's chunks (``chunk_fit``), against the chunk's time."""
+    """Fixed per-chunk costs against the chunks' time. The fixed cost is the machine's, measured once
+    (``execution.chunk_cost``); without it, the line fitted through the run's own chunks (``chunk_fit``),
+    which cannot split the two parts when every chunk has one size."""
     tasks = report["tasks"]
     chunk_bytes, chunks_yx = _chunk_bytes(report)
+    n = int(sum(float(t.get("chunk_fit", [0.0])[0]) for t in tasks))
+    machine = report.get("execution", {}).get("chunk_cost") or {}
     fit = compute_chunk_costs(tasks)
-    if fit is None or fit[2] < MIN_CHUNKS or not chunk_bytes:
+    if n < MIN_CHUNKS or not chunk_bytes or (fit is None and "fixed_s" not in machine):
         n = int(sum(t.get("chunks", 0) for t in tasks))
         return _check("chunk_size", False, f"{n} chunks: too few to measure per-chunk costs (needs {MIN_CHUNKS})", "")
-    fixed, per_mb, n = fit
+    if "fixed_s" in machine:
+        fixed, per_mb, source = float(machine["fixed_s"]), float(machine["per_mb_s"]), "this machine's"
+    else:
+        assert fit is not None
+        fixed, per_mb, source = fit[0], fit[1], "fitted over the run's chunks"
     shape = report.get("output", {}).get("shape") or {}
     shape_yx = (int(shape.get("y", 0)), int(shape.get("x", 0)))
     total = sum(float(t["chunk_fit"][3]) for t in tasks if "chunk_fit" in t)
     mb = sum(float(t["chunk_fit"][1]) for t in tasks if "chunk_fit" in t) / n
-    share = fixed * n / total if total > 0 else 0.0
+    share = min(fixed * n / total, 1.0) if total > 0 else 0.0
     warn = chunk_bytes < GUIDE_CHUNK_BYTES and share > CHUNK_FIXED_SHARE
     return _check(
         "chunk_size",
         warn,
-        f"{n} chunks of {chunk_bytes / 1024:.0f} KiB: {fixed * 1e3:.2f} ms fixed + {per_mb * 1e3:.1f} ms per MB "
-        f"read and written ({mb:.2f} MB a chunk); fixed costs {share:.0%} of chunk time",
+        f"{n} chunks of {chunk_bytes / 1024:.0f} KiB ({mb:.3f} MB read and written each), {total / n * 1e3:.2f} ms "
+        f"each; fixed cost {fixed * 1e3:.2f} ms a chunk ({source}): {share:.0%} of chunk time",
         f"chunks of {chunk_bytes / 1024:.0f} KiB are dominated by fixed costs per chunk (a file, a window read, "
         "a kernel call each): " + chunk_size_advice(chunks_yx, chunk_bytes, (fixed, per_mb, mb), shape_yx),
     )

@@ -85,6 +85,23 @@ def estimate_for_plan(report: dict[str, Any], plan_summary: dict[str, Any], targ
     )
 
 
+def project_wall(report: dict[str, Any], plan_summary: dict[str, Any], workers: int) -> dict[str, Any]:
+    """The wall time of another run (``plan_summary``: what ``pipeline plan`` gives for it) on ``workers``
+    single-threaded workers, from the measured run ``report``: the task stages at its per-byte costs spread
+    over the workers, the plan's own measured index+plan time, the measured finalising, and the measured
+    run's fixed overhead (workers' start and stop, scheduling: its ``overhead`` stage)."""
+    costs = measure_costs(report)
+    task_s = {
+        "read": costs["read_s_per_byte"] * plan_summary["bytes_to_read"],
+        "resample": costs["resample_s_per_byte"] * plan_summary["bytes_to_read"],
+        "write": costs["write_s_per_byte"] * plan_summary["bytes_out"],
+    }
+    serial = float(plan_summary.get("driver_s") or 0.0) + costs["finalize_s"]
+    overhead = float(report["stages"].get("overhead", 0.0))
+    wall = serial + sum(task_s.values()) / max(workers, 1) + overhead
+    return {"workers": workers, "task_s": task_s, "serial_s": serial, "overhead_s": overhead, "wall_s": wall}
+
+
 def project_bytes(report: dict[str, Any], files: int, input_bytes: float, target_s: float) -> dict[str, Any]:
     """Scale by input file bytes: for an archive whose files are larger than the measured ones."""
     scale = input_bytes / max(report["inputs"]["bytes"], 1)

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.resample import compiled
 from pipeline.resample.common import get_xp, nodata_fill
 from pipeline.resample.coords import CoordMap, LineMap
 from pipeline.resample.footprint import block_factor, resample_average
@@ -77,6 +78,10 @@ def resample(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any:
                 out[r0:r1, c0:c1] = _footprint_method(src, nodata, sub, method)
             return out
         return _footprint_method(src, nodata, cmap, method)
+    if not cmap.separable and method in compiled.METHODS:
+        out = compiled.resample(src, nodata, cmap, method)
+        if out is not None:
+            return out
     return RESAMPLERS[method](src, nodata, cmap)
 
 

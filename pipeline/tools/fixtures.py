@@ -81,6 +81,15 @@ PRESETS: dict[str, Preset] = {
         dates=tuple(str(np.datetime64("2024-06-01") + np.timedelta64(5 * i, "D")) for i in range(8)),
         overlap_m=960,
     ),
+    # One 3.84 km tile per zone, a 10 m and a 20 m band, one date: the job that measures this machine's fixed
+    # cost per chunk (:mod:`pipeline.execute.chunkcost`), across CRSs as the case study reads.
+    "calibration": Preset(
+        bands=("B02", "B11"),
+        tile_m=3840,
+        tiles_per_zone_xy=(1, 1),
+        dates=("2024-06-01",),
+        overlap_m=0,
+    ),
     # Made to differ from the case study on every axis the planner and kernels care about: smaller
     # tiles (7.68 km), three UTM zones, two 60 m bands among five, three dates (3 x 2x2 x 5 x 3 = 180 files).
     "mixed": Preset(

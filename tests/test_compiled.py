@@ -1,0 +1,101 @@
+"""The compiled kernels (numba, PIPELINE_COMPILED=1) against the NumPy reference: the same bits for nearest
+and average on reprojected maps, rows whole and split into segments, with and without nodata; a run says
+whether they ran."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+from pipeline.resample import compiled  # noqa: E402
+from pipeline.resample.coords import CoordMap, LineMap  # noqa: E402
+from pipeline.resample.footprint import resample_average  # noqa: E402
+from pipeline.resample.parity import build_map, build_source, rotated_lines  # noqa: E402
+from pipeline.resample.point import resample_nearest  # noqa: E402
+
+REFERENCE = {"nearest": resample_nearest, "average": resample_average}
+
+
+@pytest.fixture(autouse=True)
+def turned_on(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv("PIPELINE_COMPILED", "1")
+    compiled.kernels.cache_clear()
+    yield
+    compiled.kernels.cache_clear()
+
+
+def split_rows(lines: LineMap, at: int) -> LineMap:
+    """The same positions with every row split into two segments at column ``at``; the second segment keeps
+    its anchor at the row's start (``t0 = at``), as a chunk cut from a longer row does."""
+    n_rows, cols = lines.shape
+    rows = np.arange(n_rows)
+    return replace(
+        lines,
+        row_ptr=np.arange(n_rows + 1) * 2,
+        col=np.stack([np.zeros(n_rows, "i8"), np.full(n_rows, at, "i8")], 1).ravel(),
+        count=np.stack([np.full(n_rows, at, "i8"), np.full(n_rows, cols - at, "i8")], 1).ravel(),
+        t0=np.stack([lines.t0[rows], lines.t0[rows] + at], 1).ravel(),
+        x0=np.repeat(lines.x0, 2),
+        dx=np.repeat(lines.dx, 2),
+        y0=np.repeat(lines.y0, 2),
+        dy=np.repeat(lines.dy, 2),
+    )
+
+
+def maps(n: int) -> dict[str, CoordMap]:
+    whole = build_map("reproj", n, np)
+    split = CoordMap(
+        (n, n), centres=split_rows(rotated_lines(n, 0.5), n // 3), corners=split_rows(rotated_lines(n + 1, 0.0), n // 3)
+    )
+    # Reaching past the source's top-left corner: edge taps, pixels off the source.
+    shifted = CoordMap(
+        (n, n), centres=rotated_lines(n, 0.5).shifted(-30, -25), corners=rotated_lines(n + 1, 0.0).shifted(-30, -25)
+    )
+    return {"whole": whole, "split": split, "off-edge": shifted}
+
+
+@pytest.mark.parametrize("method", ["nearest", "average"])
+@pytest.mark.parametrize("dtype", ["uint16", "int16", "uint8", "float32"])
+@pytest.mark.parametrize("nodata", [0.0, math.nan, 7.0])
+def test_compiled_kernels_give_the_numpy_kernels_bits(method: str, dtype: str, nodata: float) -> None:
+    for name, cmap in maps(96).items():
+        src = build_source(method, 96, dtype)
+        if not math.isnan(nodata):
+            src[40:50, 60:90] = nodata
+        reference = REFERENCE[method](src, nodata, cmap)
+        kept = cmap.keeping_taps()
+        for _ in range(2):  # the second time with the taps it kept
+            got = compiled.resample(src, nodata, kept, method)
+            assert got is not None and got.dtype == reference.dtype
+            np.testing.assert_array_equal(got, reference, err_msg=f"{method} {dtype} {nodata} {name}")
+
+
+def test_compiled_kernels_stay_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIPELINE_COMPILED", "0")
+    compiled.kernels.cache_clear()
+    assert not compiled.available()
+    assert compiled.resample(build_source("nearest", 32, "uint16"), 0.0, build_map("reproj", 32, np), "nearest") is None
+
+
+def test_one_crs_maps_and_other_types_are_left_to_numpy() -> None:
+    src = build_source("average", 32, "uint16")
+    assert compiled.resample(src, 0.0, build_map("same", 32, np), "average") is None
+    assert compiled.resample(src.astype("f8"), 0.0, build_map("reproj", 32, np), "average") is None
+    assert compiled.resample(src, 0.0, build_map("reproj", 32, np), "bilinear") is None
+
+
+def test_a_run_says_whether_compiled_kernels_ran(tmp_path: Path, small_dir: Path) -> None:
+    from pipeline.config import load_config
+    from pipeline.execute.runner import run
+    from tests.helpers import write_config
+
+    path = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
+    on = run(load_config(path, ["execution.scheduler=threads"])).report["execution"]["compiled_kernels"]
+    assert on["ran"] and on["windows"] > 0
