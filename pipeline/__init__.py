@@ -37,7 +37,20 @@ _LAZY = {
     "StoreError": "pipeline.errors",
     "DeviceError": "pipeline.errors",
 }
-_SUBMODULES = ("api", "cli", "config", "errors", "execute", "inputs", "planning", "report", "resample", "storage", "store", "tools")
+_SUBMODULES = (
+    "api",
+    "cli",
+    "config",
+    "errors",
+    "execute",
+    "inputs",
+    "planning",
+    "report",
+    "resample",
+    "storage",
+    "store",
+    "tools",
+)
 """Subpackages and modules reachable as attributes (``pipeline.storage.zarr_store``), imported on first use."""
 __all__ = ["__version__", *_LAZY]
 

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from pipeline import __version__
-from pipeline.errors import ConfigError, DeviceError, PipelineError
+from pipeline.errors import CLI_SWITCHES, ConfigError, DeviceError, PipelineError
 
 logger = logging.getLogger("pipeline")
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -136,7 +136,9 @@ def run(
     if collector_off:
         gc.freeze()
         gc.enable()
-    result = run_pipeline(cfg, overwrite=overwrite, resume=resume, progress=sys.stdout.isatty() and not quiet)
+    result = run_pipeline(
+        cfg, overwrite=overwrite, resume=resume, progress=sys.stdout.isatty() and not quiet, switches=CLI_SWITCHES
+    )
     if not quiet:
         click.echo(format_report(result.report))
         click.echo(f"\nstore:  {cfg.output.path}\nreport: {cfg.report_path}")

@@ -46,3 +46,20 @@ class StoreError(PipelineError, OSError):
 
 class DeviceError(PipelineError, RuntimeError):
     """A device was requested that this machine cannot provide."""
+
+
+class Switches:
+    """How a message names the run's switches: the CLI's flags, or :func:`pipeline.run`'s arguments."""
+
+    def __init__(self, overwrite: str, resume: str) -> None:
+        self.overwrite = overwrite
+        self.resume = resume
+
+    def __repr__(self) -> str:
+        return f"Switches({self.overwrite!r}, {self.resume!r})"
+
+
+PYTHON_SWITCHES = Switches("overwrite=True", "resume=True")
+"""The Python API's: ``pipeline.run(cfg, overwrite=True)``."""
+CLI_SWITCHES = Switches("--overwrite", "--resume")
+"""``pipeline run``'s flags."""

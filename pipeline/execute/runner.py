@@ -19,7 +19,7 @@ import numpy as np
 
 from pipeline import __version__
 from pipeline.config import Config, is_url
-from pipeline.errors import ConfigError
+from pipeline.errors import PYTHON_SWITCHES, Switches
 from pipeline.execute.device import (
     check_request,
     detect_gpu,
@@ -34,6 +34,7 @@ from pipeline.report.diagnostics import compute_diagnostics, compute_stragglers,
 from pipeline.report.summary import StageClock, compute_stages, summarise_workers, write_report
 from pipeline.storage import write_object
 from pipeline.store.layout import create_store, finalize_store, journal_done, store_config, store_exists
+from pipeline.store.resume import check_resumable
 from pipeline.store.write import store_stamp
 
 logger = logging.getLogger(__name__)
@@ -170,20 +171,14 @@ def summarise_plan(config: Config, catalog: Any, plan: Plan, clock: StageClock |
     }
 
 
-def _prepare_store(config: Config, plan: Plan, *, overwrite: bool, resume: bool) -> set[str]:
-    """Create the template, or check the existing store for --resume; return finished partition keys."""
+def _prepare_store(
+    config: Config, plan: Plan, *, overwrite: bool, resume: bool, switches: Switches = PYTHON_SWITCHES
+) -> set[str]:
+    """Create the template, or check the existing store for resume; return finished partition keys."""
     path, storage = config.output.path, config.storage
     if resume and store_exists(path, storage):
-        attrs = store_config(path, storage)
-        if attrs.get("pipeline_config_hash") != config.output_hash():
-            old = attrs.get("pipeline_settings") or {}
-            new = config.output_settings()
-            diff = [
-                f"{k}: store has {old.get(k)!r}, config has {new.get(k)!r}"
-                for k in sorted(set(old) | set(new))
-                if old.get(k) != new.get(k)
-            ]
-            raise ConfigError("--resume", f"{path} was made with different settings: " + "; ".join(diff or ["unknown"]))
+        attrs = store_config(path, storage, switches)
+        check_resumable(path, attrs, config.output_hash(), config.output_settings(), switches)
         if attrs.get("pipeline_complete"):
             logger.info("%s is already complete; nothing to resume", path)
             return set(plan.partitions.keys())
@@ -200,6 +195,7 @@ def _prepare_store(config: Config, plan: Plan, *, overwrite: bool, resume: bool)
         overwrite=overwrite,
         storage=storage,
         shards_yx=config.output.shards_yx,
+        switches=switches,
     )
     return set()
 
@@ -282,11 +278,13 @@ def run(
     resume: bool = False,
     progress: bool = False,
     shuffle_seed: int | None = None,
+    switches: Switches = PYTHON_SWITCHES,
 ) -> RunResult:
     """The batch run. Raises PipelineError subclasses; returns the report and exit code.
 
     ``client``: an existing ``distributed.Client`` to run on (left open); None: as the config says.
     ``shuffle_seed`` submits the partitions in a shuffled order (the cube must not change).
+    ``switches``: how messages name overwrite and resume (the CLI passes its flags).
     """
     clock = StageClock()
     own_workers = not config.execution.address and client is None
@@ -302,7 +300,7 @@ def run(
     config_hash = config.output_hash()
     with clock.stage("write"):
         removing = _move_aside(config, overwrite=overwrite, resume=resume)
-        done = _prepare_store(config, plan, overwrite=overwrite, resume=resume)
+        done = _prepare_store(config, plan, overwrite=overwrite, resume=resume, switches=switches)
     todo = [plan.partitions[i] for i, key in enumerate(plan.partitions.keys()) if key not in done]
     # Costliest first (stable: equal ones keep plan order), so the run ends on its cheapest partitions
     # and the workers finish together: the longest-processing-time rule. The cube does not depend on it.

@@ -27,7 +27,12 @@ from pipeline.execute.device import (
     task_work,
 )
 from pipeline.execute.task import TaskContext, peak_rss_mb, run_partition, warm_up
-from pipeline.execute.workers import WORKER_MALLOC, start_worker_server, worker_start_method
+from pipeline.execute.workers import (
+    WORKER_MALLOC,
+    main_script_kept_from_workers,
+    start_worker_server,
+    worker_start_method,
+)
 from pipeline.storage import worker_environment
 
 logger = logging.getLogger(__name__)
@@ -54,7 +59,7 @@ def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
     # distributed imports the packages it would preload on its first forkserver context (pandas among them,
     # ~0.3 s of the driver): a cost only clusters pay, which auto keeps for jobs where it is small.
     settings["distributed.worker.multiprocessing-method"] = worker_start_method()  # server: run()
-    with dask.config.set(settings):
+    with dask.config.set(settings), main_script_kept_from_workers():
         cluster = LocalCluster(
             n_workers=n,
             threads_per_worker=config.execution.threads_per_worker,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pipeline import __version__
-from pipeline.errors import ConfigError, StoreError
+from pipeline.errors import PYTHON_SWITCHES, ConfigError, StoreError, Switches
 from pipeline.planning.plan import Plan
 from pipeline.storage import (
     cached_store,
@@ -245,9 +245,12 @@ def inspect_output(path: str, storage: StorageConfig | None = None) -> str | Non
     return ""
 
 
-def check_output_path(path: str, storage: StorageConfig | None, *, overwrite: bool) -> None:
+def check_output_path(
+    path: str, storage: StorageConfig | None, *, overwrite: bool, switches: Switches = PYTHON_SWITCHES
+) -> None:
     """Make ``path`` ready for a new store: nothing there, or (with ``overwrite``) a store this pipeline
-    wrote, which is removed; anything else is a ConfigError naming ``output.path`` and stays untouched."""
+    wrote, which is removed; anything else is a ConfigError naming ``output.path`` and stays untouched.
+    ``switches``: how messages name overwrite and resume (the CLI's flags or the API's arguments)."""
     try:
         found = inspect_output(path, storage)
     except Exception as e:  # unknown bucket, wrong endpoint, refused credentials: say where, never what secret
@@ -259,12 +262,13 @@ def check_output_path(path: str, storage: StorageConfig | None, *, overwrite: bo
     if found:
         raise ConfigError(
             "output.path",
-            f"{path} {found}; --overwrite replaces only a store this pipeline wrote: "
+            f"{path} {found}; {switches.overwrite} replaces only a store this pipeline wrote: "
             "choose another output.path, or move it away yourself",
         )
     if not overwrite:
         raise ConfigError(
-            "output.path", f"{path} already exists; pass --overwrite to replace it (or --resume to finish it)"
+            "output.path",
+            f"{path} already exists; pass {switches.overwrite} to replace it (or {switches.resume} to finish it)",
         )
     logger.info("removing existing store %s (--overwrite)", path)
     if scheme(path) == "file":
@@ -285,6 +289,7 @@ def create_store(
     overwrite: bool,
     storage: StorageConfig | None = None,
     shards_yx: tuple[int, int] | None = None,
+    switches: Switches = PYTHON_SWITCHES,
 ) -> None:
     """Write the store template, after :func:`check_output_path`.
 
@@ -293,7 +298,7 @@ def create_store(
     ``spatial_ref`` grid mapping linked from every band. The group's ``zarr.json`` goes first, so an
     interrupted creation still leaves a store that ``--overwrite`` recognises as this pipeline's.
     """
-    check_output_path(path, storage, overwrite=overwrite)
+    check_output_path(path, storage, overwrite=overwrite, switches=switches)
     grid = plan.grid
     ch, cw = grid.chunks_yx
     shape = (len(plan.times), *grid.shape_yx)
@@ -363,7 +368,9 @@ def journal_done(path: str, storage: StorageConfig | None = None) -> set[str]:
     return {k.rsplit("/", 1)[-1] for k, _ in list_keys(output_store(path, storage), JOURNAL_DIR)}
 
 
-def store_config(path: str, storage: StorageConfig | None = None) -> dict[str, Any]:
+def store_config(
+    path: str, storage: StorageConfig | None = None, switches: Switches = PYTHON_SWITCHES
+) -> dict[str, Any]:
     """The attributes a previous run left: config hash and settings, completion."""
     try:
         root = _root_json(path, storage)
@@ -371,7 +378,7 @@ def store_config(path: str, storage: StorageConfig | None = None) -> dict[str, A
             raise FileNotFoundError("no zarr.json")
         return dict(root["attributes"])
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise StoreError(f"{path} is not a store this tool can resume ({e}); use --overwrite") from e
+        raise StoreError(f"{path} is not a store this tool can resume ({e}); use {switches.overwrite}") from e
 
 
 @dataclass(frozen=True)

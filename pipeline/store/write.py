@@ -104,7 +104,9 @@ def open_array(path: str, band: str, storage: StorageConfig | None = None, stamp
                     raise FileNotFoundError(f"{band}/zarr.json")
                 hit = _arrays[key] = (current, _band_array(meta))
             except (OSError, ValueError, KeyError, TypeError) as e:
-                raise StoreError(f"{path}/{band} is not an array of this store ({e}); rerun with --overwrite") from e
+                raise StoreError(
+                    f"{path}/{band} is not an array of this store ({e}); rerun with --overwrite (overwrite=True)"
+                ) from e
     return hit[1]
 
 
