@@ -28,6 +28,7 @@ from pipeline.storage import (
     redact,
     scheme,
     split_url,
+    store_error,
     write_bytes,
 )
 
@@ -256,7 +257,7 @@ def check_output_path(
     except Exception as e:  # unknown bucket, wrong endpoint, refused credentials: say where, never what secret
         if isinstance(e, ConfigError):
             raise
-        raise ConfigError("output.path", f"cannot reach {path}: {redact(str(e)).splitlines()[0]}") from None
+        raise store_error(e, path, storage or default_storage(), key="output.path") from None
     if found is None:
         return
     if found:
