@@ -1,7 +1,8 @@
 """The ``pipeline`` command. The only module that configures logging or exits.
 
 Exit codes: 0 done, every input used; 1 run failed; 2 usage or config
-error; 3 done, but some inputs were skipped (listed in the report).
+error; 3 done, but some inputs were skipped (listed in the report); 130 interrupted (Ctrl-C): the
+message gives the command that resumes.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import click
 
 from pipeline import __version__
-from pipeline.errors import CLI_SWITCHES, ConfigError, DeviceError, PipelineError
+from pipeline.errors import CLI_SWITCHES, ConfigError, DeviceError, PipelineError, RunInterrupted
 
 logger = logging.getLogger("pipeline")
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,13 +40,23 @@ def _exits(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except RunInterrupted as e:
+            click.echo(
+                f"interrupted: {e.finished} of {e.total} partitions finished and kept in {e.path}; "
+                f"resume with: {_command(resume=True)}",
+                err=True,
+            )
+            _leave(130)
+        except KeyboardInterrupt:
+            click.echo(f"interrupted before any output was written; run again with: {_command()}", err=True)
+            _leave(130)
         except (ConfigError, DeviceError) as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(2)
         except PipelineError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(1)
-        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except Exception as e:  # noqa: BLE001 - anything else is a failed run, said plainly
             logger.debug("unexpected error", exc_info=True)
@@ -53,6 +64,17 @@ def _exits(fn: Callable[..., Any]) -> Callable[..., Any]:
             sys.exit(1)
 
     return wrapper
+
+
+def _command(resume: bool = False) -> str:
+    """The command line this process runs, as a shell would take it back; with ``resume``, ``--resume`` in
+    it and ``--overwrite`` out (the command that finishes an interrupted run)."""
+    import shlex
+
+    args = [a for a in sys.argv[1:] if not (resume and a == "--overwrite")]
+    if resume and "--resume" not in args:
+        args.append("--resume")
+    return shlex.join(["pipeline", *args])
 
 
 def _load(config_path: str, sets: tuple[str, ...]) -> Any:
@@ -136,9 +158,7 @@ def run(
     if collector_off:
         gc.freeze()
         gc.enable()
-    result = run_pipeline(
-        cfg, overwrite=overwrite, resume=resume, progress=sys.stdout.isatty() and not quiet, switches=CLI_SWITCHES
-    )
+    result = run_pipeline(cfg, overwrite=overwrite, resume=resume, progress=not quiet, switches=CLI_SWITCHES)
     if not quiet:
         click.echo(format_report(result.report))
         click.echo(f"\nstore:  {cfg.output.path}\nreport: {cfg.report_path}")

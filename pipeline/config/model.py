@@ -274,6 +274,11 @@ class ExecutionConfig(Section):
         PosInt | None, BeforeValidator(auto_none, json_schema_input_type=Literal["auto"] | PosInt | None)
     ] = Field(None, description="Local worker processes; auto (or null): one per core.")
     threads_per_worker: PosInt = Field(1, description="Threads in each local worker.")
+    dashboard: Flag = Field(
+        True,
+        description="A local cluster serves Dask's dashboard on a free port of 127.0.0.1 and the run prints its "
+        "link; with a scheduler's address, the link to that scheduler's dashboard is printed.",
+    )
     device: Device = Field("auto", description="auto | cpu | gpu: where tasks resample.")
     partition_mb: PosNumber = Field(64.0, description="Target bytes of work per task, MB.")
     retries: NonNegInt = Field(2, description="Retries of a failed task.")

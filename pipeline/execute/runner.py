@@ -10,8 +10,6 @@ import json
 import logging
 import os
 import pickle
-import shutil
-import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -25,15 +23,18 @@ from pipeline.execute.device import (
     detect_gpu,
 )
 from pipeline.execute.schedulers import execute_tasks, threads_available
+from pipeline.execute.stopping import stopped_cleanly
 from pipeline.execute.task import TaskContext, peak_rss_mb
 from pipeline.execute.workers import start_worker_server
 from pipeline.inputs.catalog import build_catalog
 from pipeline.inputs.netstats import summarise as summarise_network
 from pipeline.planning.plan import Plan, compute_plan
 from pipeline.report.diagnostics import compute_diagnostics, compute_stragglers, compute_task_overhead
+from pipeline.report.progress import NoProgress, progress_for
 from pipeline.report.summary import StageClock, compute_stages, summarise_workers, write_report
 from pipeline.storage import write_object
 from pipeline.store.layout import create_store, finalize_store, journal_done, store_config, store_exists
+from pipeline.store.replace import move_aside
 from pipeline.store.resume import check_resumable
 from pipeline.store.write import store_stamp
 
@@ -65,11 +66,11 @@ class RunResult:
         return open_cube(self.config)
 
 
-def plan_run(config: Config, clock: StageClock | None = None) -> tuple[Any, Plan]:
+def plan_run(config: Config, clock: StageClock | None = None, progress: NoProgress | None = None) -> tuple[Any, Plan]:
     """Catalog and plan (no pixels read): shared by ``run`` and ``pipeline plan``."""
     clock = clock or StageClock()
     with clock.stage("index"):
-        catalog = build_catalog(config)
+        catalog = build_catalog(config, progress=progress)
     with clock.stage("plan"):
         plan = compute_plan(
             catalog.tiles,
@@ -200,57 +201,6 @@ def _prepare_store(
     return set()
 
 
-def _move_aside(config: Config, *, overwrite: bool, resume: bool) -> threading.Thread | None:
-    """With ``--overwrite``, a local store this pipeline wrote is renamed into a hidden folder beside it
-    and deleted there while the run goes on; the thread that waits for the deletion is returned, to be
-    joined before the store is finalized. None where there is nothing to move or it cannot be moved
-    (:func:`pipeline.write.create_store` then checks and removes what is there itself).
-
-    Deleting a case-study cube (296 files, 46 MB) takes 0.15-0.2 s, nearly all of it waiting on the
-    disk (``rm -rf``: 0.03 s of CPU). ``rm`` runs it in its own process: ``shutil.rmtree`` on a thread
-    takes the GIL back after every file and overlapped nothing with the driver's start (measured)."""
-    import tempfile
-
-    from pipeline.storage import scheme
-    from pipeline.store.layout import inspect_output
-
-    path = os.path.abspath(config.output.path) if scheme(config.output.path) == "file" else None
-    if not overwrite or path is None or (resume and store_exists(path, config.storage)):
-        return None
-    if inspect_output(path, config.storage) != "":  # nothing there, or not a store of this pipeline
-        return None
-    parent, name = os.path.split(path)
-    try:
-        aside = tempfile.mkdtemp(prefix=f".{name}.replaced-", dir=parent)
-    except OSError:
-        return None
-    try:
-        os.rename(path, os.path.join(aside, name))
-    except OSError:
-        os.rmdir(aside)
-        return None
-    logger.info("removing existing store %s (--overwrite), moved to %s", path, aside)
-
-    def remove() -> None:
-        import subprocess
-
-        try:
-            done = subprocess.run(["rm", "-rf", "--", aside], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            error = done.stderr.decode(errors="replace").strip() if done.returncode else ""
-        except OSError:  # no rm here
-            try:
-                shutil.rmtree(aside)
-                error = ""
-            except OSError as e:
-                error = str(e)
-        if error:
-            logger.warning("could not remove the replaced store, moved to %s: %s; remove it yourself", aside, error)
-
-    thread = threading.Thread(target=remove, name="pipeline-remove-old-store")
-    thread.start()
-    return thread
-
-
 def task_context(config: Config, plan: Plan) -> TaskContext:
     """What every task of this run shares (:class:`TaskContext`), for a store that exists: its stamp is
     read from it."""
@@ -276,21 +226,39 @@ def run(
     client: Any = None,
     overwrite: bool = False,
     resume: bool = False,
-    progress: bool = False,
+    progress: Any = False,
     shuffle_seed: int | None = None,
     switches: Switches = PYTHON_SWITCHES,
 ) -> RunResult:
     """The batch run. Raises PipelineError subclasses; returns the report and exit code.
 
     ``client``: an existing ``distributed.Client`` to run on (left open); None: as the config says.
-    ``shuffle_seed`` submits the partitions in a shuffled order (the cube must not change).
-    ``switches``: how messages name overwrite and resume (the CLI passes its flags).
+    ``progress``: True shows it on stderr, False none, or an object with the interface of
+    :class:`~pipeline.report.progress.NoProgress`. ``shuffle_seed`` submits the partitions in a shuffled
+    order (the cube must not change). ``switches``: how messages name overwrite and resume (the CLI
+    passes its flags). Ctrl-C raises :class:`~pipeline.errors.RunInterrupted` (a KeyboardInterrupt).
     """
+    show = progress_for(progress)
+    try:
+        return _run(config, client, overwrite, resume, show, shuffle_seed, switches)
+    finally:
+        show.close()
+
+
+def _run(
+    config: Config,
+    client: Any,
+    overwrite: bool,
+    resume: bool,
+    progress: NoProgress,
+    shuffle_seed: int | None,
+    switches: Switches,
+) -> RunResult:
     clock = StageClock()
     own_workers = not config.execution.address and client is None
     if own_workers and config.execution.scheduler == "local-cluster":
         start_worker_server()  # its imports overlap the planning below (auto starts it once it picks a cluster)
-    catalog, plan = plan_run(config, clock)
+    catalog, plan = plan_run(config, clock, progress)
     if config.inputs.trust_index:  # planned without a request: check the store answers before writing
         from pipeline.storage import check_access
 
@@ -298,8 +266,8 @@ def run(
     if config.execution.device == "gpu" and own_workers:
         check_request("gpu", {"local": asdict(detect_gpu())})  # refuse before anything is written
     config_hash = config.output_hash()
-    with clock.stage("write"):
-        removing = _move_aside(config, overwrite=overwrite, resume=resume)
+    with clock.stage("write"), stopped_cleanly(config, plan, switches, progress):
+        removing = move_aside(config.output.path, config.storage, overwrite=overwrite, resume=resume)
         done = _prepare_store(config, plan, overwrite=overwrite, resume=resume, switches=switches)
     todo = [plan.partitions[i] for i, key in enumerate(plan.partitions.keys()) if key not in done]
     # Costliest first (stable: equal ones keep plan order), so the run ends on its cheapest partitions
@@ -321,7 +289,10 @@ def run(
     }
     if todo:
         crs = tuple(sorted(set(catalog.tiles["crs"])))
-        records, exec_wall, threads, worker_names, info = execute_tasks(config, todo, ctx, progress, crs, client)
+        progress.phase("tasks", len(todo), "tasks")
+        with stopped_cleanly(config, plan, switches, progress):
+            records, exec_wall, threads, worker_names, info = execute_tasks(config, todo, ctx, progress, crs, client)
+        progress.close()
 
     with clock.stage("finalize"):
         if removing is not None:
@@ -379,6 +350,7 @@ def run(
         "execution": {
             "scheduler": info["scheduler"],
             "scheduler_reason": info["reason"],
+            "dashboard": info.get("dashboard"),
             "workers": len(worker_names),
             "threads": threads,
             "threads_available": threads_available(config, threads),

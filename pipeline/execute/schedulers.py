@@ -4,14 +4,12 @@ first, collects records as they complete, retries failed tasks as Dask does."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import os
 import threading
 import time
 from collections.abc import Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -33,6 +31,7 @@ from pipeline.execute.workers import (
     start_worker_server,
     worker_start_method,
 )
+from pipeline.report.progress import NoProgress
 from pipeline.storage import worker_environment
 
 logger = logging.getLogger(__name__)
@@ -64,11 +63,29 @@ def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
             n_workers=n,
             threads_per_worker=config.execution.threads_per_worker,
             processes=True,
-            dashboard_address=None,
+            dashboard_address=DASHBOARD_ADDRESS if config.execution.dashboard else None,
             silence_logs=_worker_log_level(),
             env=worker_environment(),  # the AWS chain as it is now (the fork server's may be older)
         )
     return Client(cluster), cluster
+
+
+DASHBOARD_ADDRESS = "127.0.0.1:0"
+"""Where a local cluster serves Dask's dashboard: a free port, on this machine only (an SSH tunnel reaches it
+from elsewhere)."""
+
+
+def dashboard_link(client: Any) -> str | None:
+    """The dashboard's URL of ``client``'s scheduler (its own cluster's, or the one at an address), or None
+    where the scheduler serves none (or bokeh is not installed)."""
+    try:
+        info = client.scheduler_info(n_workers=0)
+        if "dashboard" not in (info.get("services") or {}):
+            return None
+        return str(client.dashboard_link)
+    except Exception as e:  # noqa: BLE001 - a link not found costs the link, not the run
+        logger.debug("no dashboard link: %s", e)
+        return None
 
 
 def _decide_devices(client: Any, config: Config, todo: list[Any], ctx: TaskContext) -> list[tuple[str, str]]:
@@ -96,16 +113,6 @@ def _decide_devices(client: Any, config: Config, todo: list[Any], ctx: TaskConte
         decide(requested, bool(with_gpu), reason_none, task_work(p, ctx.resampling, itemsize), profile, parity)
         for p in todo
     ]
-
-
-def _progress_bar(total: int, shown: bool) -> Any:
-    """tqdm's bar on a terminal; without one, a bar that does nothing (tqdm's import is ~20 ms of the
-    driver's start-up, on the way to the first task)."""
-    if shown:
-        from tqdm import tqdm
-
-        return tqdm(total=total, unit="task", leave=False)
-    return contextlib.nullcontext(SimpleNamespace(update=lambda n=1: None))
 
 
 AUTO_THREADS_MAX_MB = 800.0
@@ -159,7 +166,7 @@ def _run_on_thread(p: Any, ctx: TaskContext, device: str, reason: str) -> dict[s
 
 
 def _execute_threads(
-    config: Config, todo: list[Any], ctx: TaskContext, progress: bool, crs: tuple[str, ...]
+    config: Config, todo: list[Any], ctx: TaskContext, progress: NoProgress, crs: tuple[str, ...]
 ) -> tuple[list[dict[str, Any]], float, int, list[str], dict[str, float]]:
     """The partitions on a thread pool in this process: no cluster, no pickling. The kernels, GDAL's
     decoding and the codecs release the GIL. Failed tasks are retried ``execution.retries`` times,
@@ -174,7 +181,7 @@ def _execute_threads(
     names = [f"thread-{i}" for i in range(n)]
     t_exec = time.perf_counter()
     pool = ThreadPoolExecutor(n, initializer=_name_thread, initargs=(itertools.count(),))
-    with pool, _progress_bar(len(todo), progress) as bar:
+    with pool:
         attempts: dict[Future[dict[str, Any]], tuple[int, int]] = {}
         for i, (p, (device, reason)) in enumerate(zip(todo, decisions, strict=True)):
             attempts[pool.submit(_run_on_thread, p, ctx, device, reason)] = (i, 0)
@@ -187,7 +194,7 @@ def _execute_threads(
                     error = fut.exception()
                     if error is None:
                         records.append(fut.result())
-                        bar.update()
+                        progress.task_done(records[-1])
                     elif tries < config.execution.retries:
                         logger.info("partition %s failed (%s); retry %d", todo[i].key, error, tries + 1)
                         device, reason = decisions[i]
@@ -221,13 +228,14 @@ def _machine_mb() -> float:
 
 
 def execute_tasks(
-    config: Config, todo: list[Any], ctx: TaskContext, progress: bool, crs: tuple[str, ...], given: Any = None
+    config: Config, todo: list[Any], ctx: TaskContext, progress: NoProgress, crs: tuple[str, ...], given: Any = None
 ) -> tuple[list[dict[str, Any]], float, int, list[str], dict[str, Any]]:
     """Submit every partition, then collect results as they finish: (records, wall, threads, workers,
     info), ``info`` holding the scheduler used, why, and each worker's peak memory (MB).
 
     ``crs``: the tiles' CRSs, set up on every worker before the first task. ``given``: the caller's
-    ``distributed.Client``, used as it is and left open."""
+    ``distributed.Client``, used as it is and left open. ``progress`` is told each task's record as it
+    arrives (:meth:`~pipeline.report.progress.NoProgress.task_done`), and the dashboard's link."""
     scheduler, why = choose_scheduler(config, todo, given)
     logger.info("scheduler: %s (%s)", scheduler, why)
     info: dict[str, Any] = {"scheduler": scheduler, "reason": why}
@@ -241,6 +249,9 @@ def execute_tasks(
     records: list[dict[str, Any]] = []
     client, cluster = (given, None) if given is not None else _start_client(config, len(todo))
     try:
+        if config.execution.dashboard and (link := dashboard_link(client)):
+            info["dashboard"] = link
+            progress.note(f"dashboard: {link}")
         info_workers = client.scheduler_info(n_workers=-1)["workers"]
         worker_names = [str(w.get("name", a)) for a, w in info_workers.items()]
         threads = sum(int(w.get("nthreads", 1)) for w in info_workers.values()) or 1
@@ -263,14 +274,13 @@ def execute_tasks(
             )
             for p, (device, reason) in zip(todo, decisions, strict=True)
         ]
-        with _progress_bar(len(futures), progress) as bar:
-            try:
-                for _, rec in as_completed(futures, with_results=True):
-                    records.append(rec)
-                    bar.update()
-            except BaseException:
-                client.cancel(futures)
-                raise
+        try:
+            for _, rec in as_completed(futures, with_results=True):
+                records.append(rec)
+                progress.task_done(rec)
+        except BaseException:
+            client.cancel(futures)
+            raise
         exec_wall = time.perf_counter() - t_exec
         try:
             peaks = client.run(peak_rss_mb)

@@ -24,8 +24,17 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
-WORKER_PRELOAD = ("numpy", "numcodecs", "rasterio", "rasterio.warp", "distributed", "pipeline.execute.task")
-"""Modules the fork server imports once for every worker. Not zarr-python: workers write chunks themselves
+WORKER_PRELOAD = (
+    "numpy",
+    "numcodecs",
+    "rasterio",
+    "rasterio.warp",
+    "distributed",
+    "pipeline.execute.task",
+    "pipeline.execute.worker_signals",
+)
+"""Modules the fork server imports once for every worker (the last one makes its workers leave Ctrl-C to
+the driver). Not zarr-python: workers write chunks themselves
 (:class:`pipeline.store.write.StoreWriter`) and import it only for a codec chain they cannot run directly."""
 
 WORKER_MALLOC = {"MALLOC_TRIM_THRESHOLD_": 64 << 20, "MALLOC_MMAP_THRESHOLD_": 16 << 20}

@@ -51,6 +51,7 @@ from pipeline.inputs.tiles import (
     _column,
     factorize,
 )
+from pipeline.report.progress import NoProgress
 
 logger = logging.getLogger(__name__)
 
@@ -60,10 +61,15 @@ def find_inputs(config: Config) -> list[str]:
     return _list_inputs(config)[0]
 
 
-def _list_inputs(config: Config) -> tuple[list[str], dict[str, tuple[int, int, str]], list[str]]:
+def _list_inputs(
+    config: Config, progress: NoProgress | None = None
+) -> tuple[list[str], dict[str, tuple[int, int, str]], list[str]]:
     """(matching paths in sorted order, {url: (size, mtime_ns, etag)} of listed objects, s3 keys named
-    without wildcards that do not exist)."""
+    without wildcards that do not exist). ``progress`` counts the files and objects listed."""
     from pipeline.storage import list_objects, scheme
+
+    progress = progress or NoProgress()
+    progress.phase("listing", unit="files listed")
 
     found: set[str] = set()
     objects: dict[str, tuple[int, int, str]] = {}
@@ -71,7 +77,7 @@ def _list_inputs(config: Config) -> tuple[list[str], dict[str, tuple[int, int, s
     for pattern in config.inputs.paths:
         kind = scheme(pattern)
         if kind == "s3":
-            listed = list_objects(pattern, config.storage)
+            listed = list_objects(pattern, config.storage, on_page=progress.add)
             if not listed and not any(ch in pattern for ch in "*?["):
                 missing.append(pattern)
             for url, size, mtime, etag in listed:
@@ -79,8 +85,12 @@ def _list_inputs(config: Config) -> tuple[list[str], dict[str, tuple[int, int, s
                 found.add(url)
         elif kind in ("http", "https"):
             found.add(pattern)
+            progress.add()
         else:
-            found.update(os.path.abspath(p) for p in glob.glob(pattern, recursive=True) if not os.path.isdir(p))
+            for p in glob.iglob(pattern, recursive=True):
+                if not os.path.isdir(p):
+                    found.add(os.path.abspath(p))
+                    progress.add()
     files = sorted(found)
     if not files and missing:
         raise ConfigError("inputs.paths", f"no such object: {', '.join(missing[:5])}; check the keys and bucket")
@@ -178,21 +188,23 @@ def _stat(path: str) -> tuple[int, int, str]:
     return st.st_size, st.st_mtime_ns, ""
 
 
-def build_catalog(config: Config, max_threads: int = 8) -> Catalog:
+def build_catalog(config: Config, max_threads: int = 8, progress: NoProgress | None = None) -> Catalog:
     """Find inputs, read headers (only new/changed ones when an index exists), build the table.
 
     With ``inputs.trust_index`` the index is the input list: no glob, no stat, no file opened.
+    ``progress`` is told the files listed and the headers read (:mod:`pipeline.report.progress`).
     """
+    progress = progress or NoProgress()
     if config.inputs.stac or config.inputs.stac_search:
         from pipeline.inputs.stac import build_stac_catalog
 
-        return build_stac_catalog(config, max_threads)
+        return build_stac_catalog(config, max_threads, progress)
     index = _load_index(config.inputs.index, config.storage) if config.inputs.index else None
     if config.inputs.trust_index:
         if index is None:
             raise ConfigError("inputs.index", f"{config.inputs.index} is missing or unreadable; run `pipeline index`")
         return _catalog_from(index, config, [], headers_read=0)
-    matched, stats, missing = _list_inputs(config)
+    matched, stats, missing = _list_inputs(config, progress)
     skipped: list[dict[str, str]] = [{"path": p, "error": "no such object"} for p in missing]
     known = (
         {}
@@ -234,8 +246,10 @@ def build_catalog(config: Config, max_threads: int = 8) -> Catalog:
 
         cloud_env(config.storage)  # the AWS session and GDAL's network counters: once, before the threads
     if to_read:
+        progress.phase("headers", len(to_read), "headers read")
         with ThreadPoolExecutor(min(max_threads, len(to_read))) as pool:
             for path, header, error in pool.map(read_one, to_read):
+                progress.add()
                 if header is None:
                     skipped.append({"path": path, "error": str(error)})
                 else:

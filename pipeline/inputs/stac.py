@@ -46,6 +46,7 @@ from pipeline.errors import ConfigError, TileReadError
 from pipeline.inputs.catalog import finish_table, read_header
 from pipeline.inputs.read import input_errors
 from pipeline.inputs.tiles import TABLE_COLUMNS, Catalog, TileTable
+from pipeline.report.progress import NoProgress
 
 logger = logging.getLogger(__name__)
 
@@ -276,7 +277,9 @@ def load_asset_rows(config: Config) -> tuple[dict[str, np.ndarray], list[dict[st
     return _as_arrays(rows), skipped
 
 
-def _read_headers(hrefs: list[str], max_threads: int) -> list[tuple[dict[str, Any] | None, str | None]]:
+def _read_headers(
+    hrefs: list[str], max_threads: int, progress: NoProgress
+) -> list[tuple[dict[str, Any] | None, str | None]]:
     def one(href: str) -> tuple[dict[str, Any] | None, str | None]:
         try:
             return read_header(href), None
@@ -287,8 +290,13 @@ def _read_headers(hrefs: list[str], max_threads: int) -> list[tuple[dict[str, An
 
     if not hrefs:
         return []
+    progress.phase("headers", len(hrefs), "headers read")
+    out = []
     with ThreadPoolExecutor(min(max_threads, len(hrefs))) as pool:
-        return list(pool.map(one, hrefs))
+        for result in pool.map(one, hrefs):
+            out.append(result)
+            progress.add()
+    return out
 
 
 def compute_band_attrs(rows: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
@@ -314,10 +322,14 @@ def compute_band_attrs(rows: dict[str, np.ndarray]) -> dict[str, dict[str, float
     return out
 
 
-def build_stac_catalog(config: Config, max_threads: int = 8) -> Catalog:
-    """The tile table of the configured STAC items (see the module docstring)."""
+def build_stac_catalog(config: Config, max_threads: int = 8, progress: NoProgress | None = None) -> Catalog:
+    """The tile table of the configured STAC items (see the module docstring); ``progress`` is told the
+    assets parsed from the items and the headers read."""
+    progress = progress or NoProgress()
+    progress.phase("STAC items", unit="assets parsed")
     rows, skipped = load_asset_rows(config)
     n = len(rows["href"])
+    progress.add(n)
     if not n:
         raise ConfigError(
             "inputs.stac_search" if config.inputs.stac_search else "inputs.stac",
@@ -336,7 +348,8 @@ def build_stac_catalog(config: Config, max_threads: int = 8) -> Catalog:
     block = np.zeros(n, dtype=np.int64)
     keep = np.ones(n, dtype=bool)
     to_open = np.flatnonzero(~planned)
-    for k, (header, error) in zip(to_open, _read_headers([rows["href"][k] for k in to_open], max_threads), strict=True):
+    headers = _read_headers([rows["href"][k] for k in to_open], max_threads, progress)
+    for k, (header, error) in zip(to_open, headers, strict=True):
         if header is None:
             keep[k] = False
             skipped.append({"path": rows["href"][k], "error": str(error)})

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pipeline import __version__
-from pipeline.errors import PYTHON_SWITCHES, ConfigError, StoreError, Switches
+from pipeline.errors import PYTHON_SWITCHES, ConfigError, StoreError, StoreFullError, Switches
 from pipeline.planning.plan import Plan
 from pipeline.storage import (
     cached_store,
@@ -31,6 +31,7 @@ from pipeline.storage import (
     store_error,
     write_bytes,
 )
+from pipeline.store.space import first_part, write_error
 
 if TYPE_CHECKING:  # the model imports pydantic; workers need only its attributes
     from pipeline.config.model import StorageConfig
@@ -359,7 +360,10 @@ def create_store(
                 ),
             )
     except Exception as e:  # OSError locally, obstore's errors remotely
-        raise StoreError(f"cannot create the output store {path}: {redact(str(e))}") from None
+        error = write_error("the store's template", path, e)
+        if not isinstance(error, StoreFullError):
+            error = StoreError(f"cannot create the output store {path}: {redact(first_part(str(e)))}")
+        raise error from None
 
 
 def journal_done(path: str, storage: StorageConfig | None = None) -> set[str]:
