@@ -125,7 +125,10 @@ class Progress(NoProgress):
             parts.append(f"{self._bytes / 1e6 / elapsed:,.1f} MB/s")
         if self._total is not None:
             left = self._total - self._done
-            parts.append(f"ETA {_clock(left / rate)}" if rate > 0 and left > 0 else f"in {_clock(elapsed)}")
+            if left <= 0 or final:
+                parts.append(f"in {_clock(elapsed)}")
+            else:
+                parts.append(f"ETA {_clock(left / rate)}" if rate > 0 else "ETA unknown")
         else:
             parts.append(f"in {_clock(elapsed)}" if final else f"{_clock(elapsed)} so far")
         return "  ".join(parts)
