@@ -306,3 +306,33 @@ def test_checks_on_task_times_need_enough_tasks(clean: dict[str, Any]) -> None:
     assert len(more["tasks"]) >= 10
     more["diagnostics"] = compute_diagnostics(more)
     assert "task_overhead" in warned(more), more["diagnostics"]
+
+
+def test_object_size_judges_only_enough_objects_and_its_advice_removes_it(
+    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str
+) -> None:
+    """In a real (moto) bucket: the 1 MB cube is not judged (76 objects: empty chunks are not written);
+    the same cube in ~1,000 objects of 32x32 warns, and the output.shards it suggests removes the
+    warning. The shards a user tried in vain before ({y: 256, x: 640}: one object per band and date) do
+    not warn."""
+    path = write_config(
+        tmp_path,
+        str(small_dir / "**" / "*.tif"),
+        storage={"endpoint_url": s3_server.endpoint_url},
+        output={"path": f"s3://{s3_bucket}/cube.zarr", "chunks": {"y": 128, "x": 128}},
+        report={"path": str(tmp_path / "r.json")},
+    )
+
+    def size_check(*sets: str) -> dict[str, str]:
+        report = run(load_config(path, list(sets)), overwrite=True).report
+        return next(d for d in report["diagnostics"] if d["check"] == "object_size")
+
+    few = size_check()
+    assert few["status"] == "ok" and "76 chunk objects" in few["detail"] and "too few to judge" in few["detail"]
+    many = size_check("output.chunks={y: 32, x: 32}")
+    assert many["status"] == "warn" and int(many["detail"].split()[0]) >= 500, many
+    shards = suggested(many["advice"], "output.shards")
+    fixed = size_check("output.chunks={y: 32, x: 32}", f"output.shards={shards}")
+    assert fixed["status"] == "ok", fixed
+    tried = size_check("output.shards={y: 256, x: 640}")
+    assert tried["status"] == "ok" and "8 chunk objects" in tried["detail"], tried

@@ -346,6 +346,7 @@ def _run(
             "partition_mb": config.execution.partition_mb,
             "levels_used": plan.levels_used,
             "chunks_yx": list(plan.grid.chunks_yx),
+            "shards_yx": None if config.output.shards_yx is None else list(config.output.shards_yx),
         },
         "execution": {
             "scheduler": info["scheduler"],

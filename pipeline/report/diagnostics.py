@@ -124,21 +124,49 @@ SMALL_OBJECT_BYTES = 1_000_000
 """Warn when the store's chunk (or shard) objects average below this: each is one request to write and
 one to read, and object stores charge per request and take ~10-100 ms per request to first byte."""
 
+MIN_OBJECTS = 500
+"""``object_size`` judges stores of at least this many objects: the requests are the cost, and a few
+hundred small objects (the small fixture's 1 MB cube is 76) cost less than a second of requests."""
 
-def check_object_sizes(output: dict[str, Any]) -> list[dict[str, str]]:
+
+def _object_advice(output: dict[str, Any], plan: dict[str, Any], mean: float) -> tuple[str, int]:
+    """(``output.shards`` to set so that objects reach :data:`SMALL_OBJECT_BYTES`, objects per band and
+    date plane now). A shard never needs to be larger than the plane (rounded up to whole chunks)."""
+    shape = output.get("shape") or {}
+    y, x = int(shape.get("y", 0)), int(shape.get("x", 0))
+    cy, cx = (int(v) for v in (plan.get("chunks_yx") or (1, 1)))
+    uy, ux = (int(v) for v in (plan.get("shards_yx") or (cy, cx)))
+    per_plane = math.ceil(y / uy) * math.ceil(x / ux) if y and x else 0
+    grow = math.ceil(math.sqrt(math.ceil(1.25 * SMALL_OBJECT_BYTES / max(mean, 1.0))))
+    sy, sx = min(uy * grow, math.ceil(y / cy) * cy), min(ux * grow, math.ceil(x / cx) * cx)
+    return f"set output.shards={{y: {sy}, x: {sx}}}", per_plane
+
+
+def check_object_sizes(output: dict[str, Any], plan: dict[str, Any] | None = None) -> list[dict[str, str]]:
     """Diagnostic for a store in a bucket: the mean size of the objects the run wrote (advice: shard, or
-    larger chunks). nothing for a local store, where a small file costs no request."""
+    larger chunks). It judges stores of :data:`MIN_OBJECTS` or more whose planes (a band at a date) are
+    in more than one object each; one object per plane cannot be made larger. Nothing for a local
+    store, where a small file costs no request."""
     if "://" not in str(output.get("path", "")):
         return []
     objects, size = int(output.get("objects") or 0), int(output.get("objects_bytes") or 0)
     mean = size / objects if objects else 0.0
+    to_set, per_plane = _object_advice(output, plan or {}, mean)
+    judged = objects >= MIN_OBJECTS and per_plane > 1
+    why = (
+        ""
+        if judged
+        else (
+            f": too few to judge (needs {MIN_OBJECTS})" if objects < MIN_OBJECTS else ": one object per band and date"
+        )
+    )
     return [
         _check(
             "object_size",
-            objects > 1 and mean < SMALL_OBJECT_BYTES,
-            f"{objects} chunk objects, {mean / 1e6:.2f} MB on average",
-            "small objects cost a request each (and, in a bucket, money and latency): set output.shards "
-            "(one object per shard of many chunks) or larger output.chunks",
+            judged and mean < SMALL_OBJECT_BYTES,
+            f"{objects} chunk objects, {mean / 1e6:.2f} MB on average{why}",
+            f"small objects cost a request each (and, in a bucket, money and latency): {to_set} (one object "
+            "per shard of many chunks), or larger output.chunks",
         )
     ]
 
@@ -155,7 +183,7 @@ def compute_diagnostics(report: dict[str, Any]) -> list[dict[str, str]]:
     used = [w for w, v in workers.items() if v["tasks"] > 0]
     local = ex.get("scheduler") in ("local", "threads", "local-cluster")
     local_cores = int(ex.get("cores", 1)) if local else 1
-    out = check_object_sizes(report.get("output", {}))
+    out = check_object_sizes(report.get("output", {}), report.get("plan", {}))
 
     out.append(
         _check(
