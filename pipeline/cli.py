@@ -289,17 +289,30 @@ def config_cmd(config: str | None, sets: tuple[str, ...], schema: bool) -> None:
 @main.command()
 @click.argument("report_json", type=click.Path(exists=True, dir_okay=False))
 @click.option("--html", "html_out", type=click.Path(dir_okay=False), help="Write an HTML page with plots.")
+@click.option(
+    "--compare",
+    "old_json",
+    type=click.Path(exists=True, dir_okay=False),
+    help="An older run's report: what changed, stage by stage and diagnostic by diagnostic.",
+)
 @_exits
-def report(report_json: str, html_out: str | None) -> None:
-    """Print a past run's breakdown (and render it as HTML)."""
+def report(report_json: str, html_out: str | None, old_json: str | None) -> None:
+    """Print a past run's breakdown (or what changed since an older run), and render it as HTML."""
     from pipeline.report.summary import format_report, read_report
 
     rep = read_report(report_json)
-    click.echo(format_report(rep))
+    old = read_report(old_json) if old_json else None
+    if old is not None:
+        from pipeline.report.compare import compare_reports, format_comparison
+
+        click.echo(f"{report_json} (new) against {old_json} (old):")
+        click.echo(format_comparison(compare_reports(rep, old)))
+    else:
+        click.echo(format_report(rep))
     if html_out:
         from pipeline.report.html import write_html
 
-        write_html(rep, html_out)
+        write_html(rep, html_out, old, old_json or "")
         click.echo(f"\nhtml: {html_out}")
 
 

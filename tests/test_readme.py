@@ -82,3 +82,27 @@ def test_the_client_snippet_runs_as_a_script(workdir: Path) -> None:
     r = _script(workdir, second)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().startswith("tcp://127.0.0.1:")
+
+
+def test_the_demo_answers_the_case_studys_question_once(tmp_path: Path) -> None:
+    """``pipeline demo`` prints one projection, labelled as the answer to "what would 7 TB in 3 minutes
+    take", and says plainly when there is no GPU."""
+    from pipeline.tools.demo import run_demo
+
+    (tmp_path / "configs").mkdir()
+    shutil.copy(ROOT / "configs" / "casestudy.yaml", tmp_path / "configs" / "casestudy.yaml")
+    (tmp_path / "data_fixtures").mkdir()
+    made = ROOT / "data_fixtures" / "casestudy"
+    if (made / "2024-06-11").is_dir():  # `make fixtures` wrote it: reuse it (else the demo writes its own)
+        (tmp_path / "data_fixtures" / "casestudy").symlink_to(made, target_is_directory=True)
+    lines: list[str] = []
+    assert run_demo(str(tmp_path), echo=lines.append) in (0, 3)
+    text = "\n".join(lines)
+    assert text.count("workers to finish in 180 s") == 1 and text.count("What would 7 TB") == 1
+    answer = text[text.index("What would 7 TB (192,000 files) in 3 minutes take") :]
+    assert "scaled to 7 TB" in answer and "192,000 indexed files measured" in answer
+    assert "ModuleNotFoundError" not in text
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is None:
+        assert "gpu_ran: 0 of" in text and "no GPU here (CuPy not installed" in text

@@ -314,6 +314,7 @@ def _run(
         "version": __version__,
         "config": config.source,
         "config_hash": config_hash,
+        "resolved_config": config.model_dump(mode="json"),
         "wall_s": wall,
         "stages": stages,
         "stage_task_s": stage_task_s,
