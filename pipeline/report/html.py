@@ -47,7 +47,10 @@ def _e(value: Any) -> str:
 
 
 def _table(
-    head: list[str], rows: list[list[Any]], classes: list[str] | None = None, num: set[int] = frozenset()
+    head: list[str],
+    rows: list[list[Any]],
+    classes: list[str] | None = None,
+    num: frozenset[int] | set[int] = frozenset(),
 ) -> str:
     out = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for i, row in enumerate(rows):
