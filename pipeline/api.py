@@ -76,14 +76,20 @@ def _check(config: Any, fn: str) -> None:
         )
 
 
-def plan(config: Config) -> PlanSummary:
-    """Index the inputs and plan the run: grid, chunks, tasks, bytes. Reads no pixels."""
+def plan(config: Config, *, progress: Any = False) -> PlanSummary:
+    """Index the inputs and plan the run: grid, chunks, tasks, bytes. Reads no pixels. ``progress``: as
+    :func:`run`'s (files listed, headers read)."""
     from pipeline.execute.runner import plan_run, summarise_plan
+    from pipeline.report.progress import progress_for
     from pipeline.report.summary import StageClock
 
     _check(config, "plan")
     clock = StageClock()
-    catalog, p = plan_run(config, clock)
+    show = progress_for(progress)
+    try:
+        catalog, p = plan_run(config, clock, show)
+    finally:
+        show.close()
     summary = summarise_plan(config, catalog, p, clock)
     return PlanSummary(
         grid=p.grid,

@@ -197,16 +197,23 @@ def _leave(code: int) -> None:
 )
 @click.option("--target-time", type=float, default=180.0, show_default=True, help="Seconds, for --from-report.")
 @click.option("-v", "--verbose", count=True)
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @_exits
 def plan(
-    config: str, sets: tuple[str, ...], as_json: bool, from_report: str | None, target_time: float, verbose: int
+    config: str,
+    sets: tuple[str, ...],
+    as_json: bool,
+    from_report: str | None,
+    target_time: float,
+    verbose: int,
+    quiet: bool,
 ) -> None:
     """Dry run: inputs, target grid, partitions, bytes, task count. Reads no pixels."""
     from pipeline.api import plan as plan_pipeline
 
-    _setup_logging(verbose, False)
+    _setup_logging(verbose, quiet)
     cfg = _load(config, sets)
-    summary = dict(plan_pipeline(cfg).summary)
+    summary = dict(plan_pipeline(cfg, progress=not quiet).summary)
     if from_report:
         from pipeline.report.sizing import estimate_for_plan
         from pipeline.report.summary import read_report
@@ -251,16 +258,22 @@ def plan(
 @click.argument("config", type=click.Path(dir_okay=False))
 @set_option
 @click.option("-v", "--verbose", count=True)
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @_exits
-def index(config: str, sets: tuple[str, ...], verbose: int) -> None:
+def index(config: str, sets: tuple[str, ...], verbose: int, quiet: bool) -> None:
     """Build or refresh the Parquet tile index (inputs.index)."""
     from pipeline.inputs.catalog import build_catalog
+    from pipeline.report.progress import progress_for
 
-    _setup_logging(verbose, False)
+    _setup_logging(verbose, quiet)
     cfg = _load(config, sets)
     if not cfg.inputs.index:
         raise ConfigError("inputs.index", "is not set; give a path such as ../out/tiles.parquet")
-    cat = build_catalog(cfg)
+    show = progress_for(not quiet)
+    try:
+        cat = build_catalog(cfg, progress=show)
+    finally:
+        show.close()
     click.echo(
         f"{cfg.inputs.index}: {len(cat.tiles)} tiles ({cat.headers_read} headers read, {len(cat.skipped)} skipped)"
     )

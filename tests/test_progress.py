@@ -136,3 +136,16 @@ def test_the_dashboard_can_be_off_and_a_schedulers_own_link_is_printed(tmp_path:
         port = cluster.dashboard_link.rsplit(":", 1)[1]  # the scheduler's own dashboard, reached from here
         assert rec.notes == [f"dashboard: {result.report.execution.dashboard}"] and rec.dashboard_status == 200
         assert result.report.execution.dashboard.endswith(f":{port}")
+
+
+def test_index_and_plan_show_listing_and_headers_and_q_silences_them(tmp_path: Path, small_dir: Path) -> None:
+    cfg = write_config(tmp_path, str(small_dir / "**" / "*.tif"), inputs={"index": str(tmp_path / "tiles.parquet")})
+    r = subprocess.run([sys.executable, "-m", "pipeline", "index", str(cfg)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "listing: 32 files listed" in r.stderr and "headers: 32/32 headers read (100%)" in r.stderr
+    p = subprocess.run([sys.executable, "-m", "pipeline", "plan", str(cfg)], capture_output=True, text=True)
+    assert p.returncode == 0 and "listing: 32 files listed" in p.stderr and "headers" not in p.stderr  # indexed
+    q = subprocess.run(
+        [sys.executable, "-m", "pipeline", "plan", str(cfg), "-q", "--json"], capture_output=True, text=True
+    )
+    assert q.returncode == 0 and q.stderr == ""
