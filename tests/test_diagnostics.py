@@ -365,3 +365,44 @@ def test_object_size_judges_only_enough_objects_and_its_advice_removes_it(
     assert fixed["status"] == "ok", fixed
     tried = size_check("output.shards={y: 256, x: 640}")
     assert tried["status"] == "ok" and "8 chunk objects" in tried["detail"], tried
+
+
+def test_worker_memory_judges_known_limits_and_more_memory_removes_it(clean: dict[str, Any]) -> None:
+    report = copy.deepcopy(clean)
+    worker = next(iter(report["memory"]["worker_peak_mb"]))
+    report["memory"]["worker_peak_mb"][worker] = 950.0
+    report["memory"]["worker_limit_mb"] = {}  # no limit known: no evidence
+    report["diagnostics"] = compute_diagnostics(report)
+    assert "worker_memory" not in warned(report)
+    report["memory"]["worker_limit_mb"] = {worker: 1000.0}
+    report["diagnostics"] = compute_diagnostics(report)
+    assert "worker_memory" in warned(report) and "more memory" in advice(report, "worker_memory")
+    report["memory"]["worker_limit_mb"] = {worker: 2000.0}  # the advice followed: workers with more memory
+    report["diagnostics"] = compute_diagnostics(report)
+    assert "worker_memory" not in warned(report)
+
+
+def test_read_amplification_judges_remote_reads_and_aligned_reads_remove_it(clean: dict[str, Any]) -> None:
+    report = copy.deepcopy(clean)
+    assert "read_amplification" not in statuses(report)  # local reads: nothing to judge
+    report["network"] = {"requests": 40, "bytes_fetched": 30e6, "bytes_needed": 5e6, "retries": 0}
+    report["diagnostics"] = compute_diagnostics(report)
+    assert "read_amplification" in warned(report) and "output.chunks" in advice(report, "read_amplification")
+    report["network"]["bytes_fetched"] = 6e6  # reads fetching what their windows cover
+    report["diagnostics"] = compute_diagnostics(report)
+    assert statuses(report)["read_amplification"] == "ok"
+
+
+def test_gpu_ran_on_a_cpu_run_is_ok_and_says_why_plainly(clean: dict[str, Any]) -> None:
+    detail = next(d["detail"] for d in clean["diagnostics"] if d["check"] == "gpu_ran")
+    assert statuses(clean)["gpu_ran"] == "ok" and "Error" not in detail
+    report = copy.deepcopy(clean)
+    report["execution"]["device_requested"] = "gpu"
+    report["diagnostics"] = compute_diagnostics(report)
+    assert "gpu_ran" in warned(report)
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is None:
+        assert "no GPU here (CuPy not installed" in next(
+            d["detail"] for d in report["diagnostics"] if d["check"] == "gpu_ran"
+        )
