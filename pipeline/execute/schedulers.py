@@ -4,6 +4,7 @@ first, collects records as they complete, retries failed tasks as Dask does."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -248,6 +249,7 @@ def execute_tasks(
 
     records: list[dict[str, Any]] = []
     client, cluster = (given, None) if given is not None else _start_client(config, len(todo))
+    stopped = False
     try:
         if config.execution.dashboard and (link := dashboard_link(client)):
             info["dashboard"] = link
@@ -279,6 +281,7 @@ def execute_tasks(
                 records.append(rec)
                 progress.task_done(rec)
         except BaseException:
+            stopped = True
             client.cancel(futures)
             raise
         exec_wall = time.perf_counter() - t_exec
@@ -294,8 +297,29 @@ def execute_tasks(
             logger.info("worker memory not collected: %s", e)
             info["worker_peak_mb"] = {}
     finally:
-        if given is None:
-            client.close()
-        if cluster is not None:
-            cluster.close()
+        with _teardown_quiet() if stopped else contextlib.nullcontext():
+            if given is None:
+                client.close()
+            if cluster is not None:
+                cluster.close()
     return records, exec_wall, threads, worker_names, info
+
+
+@contextlib.contextmanager
+def _teardown_quiet() -> Iterator[None]:
+    """While a stopped run (Ctrl-C, a failed task) closes its client and cluster, distributed's own log
+    lines about the results that closing drops (``lost already computed task(s)``, a closed comm) are
+    expected and say nothing to act on: its loggers are held above CRITICAL until the cluster is closed."""
+    names = ["distributed"] + [
+        n
+        for n, lg in list(logging.root.manager.loggerDict.items())
+        if n.startswith("distributed.") and isinstance(lg, logging.Logger) and lg.level != logging.NOTSET
+    ]
+    levels = {n: logging.getLogger(n).level for n in names}
+    for n in names:
+        logging.getLogger(n).setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for n, level in levels.items():
+            logging.getLogger(n).setLevel(level)
