@@ -51,16 +51,17 @@ def compare_reports(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
         for c in checks
     ]
     old_cfg, new_cfg = _flat(old.get("resolved_config") or {}), _flat(new.get("resolved_config") or {})
+    recorded = bool(old_cfg) and bool(new_cfg)  # reports before resolved_config hold none to compare
     settings = [
         {"key": k, "old": old_cfg.get(k), "new": new_cfg.get(k)}
         for k in sorted(set(old_cfg) | set(new_cfg))
-        if old_cfg.get(k) != new_cfg.get(k) and not k.startswith("report.")
+        if recorded and old_cfg.get(k) != new_cfg.get(k) and not k.startswith("report.")
     ]
     for key, path in (("scheduler", ("execution", "scheduler")), ("workers", ("execution", "workers"))):
         a, b = old.get(path[0], {}).get(path[1]), new.get(path[0], {}).get(path[1])
         if a != b:
             settings.append({"key": f"{key} used", "old": a, "new": b})
-    return {"stages": stages, "diagnostics": diagnostics, "settings": settings}
+    return {"stages": stages, "diagnostics": diagnostics, "settings": settings, "settings_recorded": recorded}
 
 
 def headline(cmp: dict[str, Any]) -> str:
@@ -87,6 +88,7 @@ def format_comparison(cmp: dict[str, Any]) -> str:
         if d["change"] in ("fixed", "new warning", "still warns"):
             lines.append(f"      old: {d['old_detail']}")
             lines.append(f"      new: {d['new_detail']}")
-    lines += ["", "settings that differ:" if cmp["settings"] else "settings: the same"]
+    same = "settings: the same" if cmp.get("settings_recorded", True) else "settings: not recorded in both reports"
+    lines += ["", "settings that differ:" if cmp["settings"] else same]
     lines += [f"  {s['key']}: {s['old']!r} -> {s['new']!r}" for s in cmp["settings"]]
     return "\n".join(lines)

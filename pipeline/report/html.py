@@ -175,6 +175,8 @@ def _comparison(report: dict[str, Any], old: dict[str, Any], old_name: str) -> s
         _table(["setting", "old", "new"], [[s["key"], s["old"], s["new"]] for s in cmp["settings"]])
         if cmp["settings"]
         else "<p>The same settings.</p>"
+        if cmp["settings_recorded"]
+        else "<p>Not recorded in both reports (older reports hold no resolved config).</p>"
     )
     return (
         f"<h2>Compared with {_e(old_name)}</h2><p class='answer'>{_e(headline(cmp))}</p>"
