@@ -45,3 +45,13 @@ def test_an_older_report_without_its_config_compares_stages_only(report: dict[st
     cmp = compare_reports(report, old)
     assert cmp["settings"] == [] and not cmp["settings_recorded"]
     assert "settings: not recorded in both reports" in format_comparison(cmp)
+
+
+def test_a_file_that_is_no_report_is_exit_2_naming_it(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"a": 1}')
+    r = subprocess.run([sys.executable, "-m", "pipeline", "report", str(bad)], capture_output=True, text=True)
+    assert r.returncode == 2 and f"{bad} is not a run report" in r.stderr and "Traceback" not in r.stderr
