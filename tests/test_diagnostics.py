@@ -56,7 +56,7 @@ def test_clean_run_warns_on_nothing(clean: dict[str, Any]) -> None:
         assert d["detail"]
 
 
-def test_one_huge_tile_warns_long_tail(tmp_path: Path, small_dir: Path) -> None:
+def test_one_huge_tile_warns_long_tail_and_overviews_remove_it(tmp_path: Path, small_dir: Path) -> None:
     data = tmp_path / "data"
     shutil.copytree(small_dir, data)
     with rasterio.open(small_dir / "2024-06-01" / "T32A0_B02.tif") as src:
@@ -79,13 +79,22 @@ def test_one_huge_tile_warns_long_tail(tmp_path: Path, small_dir: Path) -> None:
         compress="deflate",
     ) as dst:
         dst.write(values, 1)
-    cfg = load_config(
-        write_config(tmp_path, str(data / "**" / "*.tif")), ["resampling=mode", "execution.partition_mb=0.05"]
-    )
+    cfg_path = write_config(tmp_path, str(data / "**" / "*.tif"))
+    cfg = load_config(cfg_path, ["resampling=mode", "execution.partition_mb=0.05"])
     report = run(cfg).report
     assert "long_tail" in warned(report), report["diagnostics"]
     huge = [s for s in report["stragglers"] if s["cost_bytes"] > 20e6]  # the chunks under the fine tile
     assert huge and report["stragglers"][0] in huge  # found, and the worst of the tail
+    said = advice(report, "long_tail")
+    assert "far finer than the grid" in said and "overviews" in said
+    # Following it: overviews on the fine tile, a resampling that reads them. (Smaller chunks, the other
+    # advice, left the warning: the fine tile's chunks stay ~100x the median however they are cut.)
+    from rasterio.enums import Resampling
+
+    with rasterio.open(data / "2024-06-01" / "T32A0_B02z.tif", "r+") as ds:
+        ds.build_overviews([2, 4, 8, 16, 32, 64], Resampling.average)
+    fixed = run(load_config(cfg_path, ["resampling=average", "execution.partition_mb=0.05"]), overwrite=True).report
+    assert "long_tail" not in warned(fixed), fixed["diagnostics"]
 
 
 def test_single_worker_warns_workers_used(tmp_path: Path, small_dir: Path) -> None:
