@@ -37,6 +37,21 @@ _LAZY = {
     "StoreError": "pipeline.errors",
     "DeviceError": "pipeline.errors",
 }
+_SUBMODULES = (
+    "api",
+    "cli",
+    "config",
+    "errors",
+    "execute",
+    "inputs",
+    "planning",
+    "report",
+    "resample",
+    "storage",
+    "store",
+    "tools",
+)
+"""Subpackages and modules reachable as attributes (``pipeline.storage.zarr_store``), imported on first use."""
 __all__ = ["__version__", *_LAZY]
 
 if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ imports them
@@ -61,8 +76,12 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"pipeline.{name}")  # the import system binds it here too
     raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))

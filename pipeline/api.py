@@ -15,6 +15,7 @@ __all__ = ["PlanSummary", "Report", "open_cube", "plan", "run", "storage_options
 
 if TYPE_CHECKING:
     from pipeline.config.model import Config
+    from pipeline.errors import Switches
     from pipeline.execute.runner import RunResult
     from pipeline.planning.grid import GridSpec
     from pipeline.planning.plan import Plan
@@ -75,14 +76,20 @@ def _check(config: Any, fn: str) -> None:
         )
 
 
-def plan(config: Config) -> PlanSummary:
-    """Index the inputs and plan the run: grid, chunks, tasks, bytes. Reads no pixels."""
+def plan(config: Config, *, progress: Any = False) -> PlanSummary:
+    """Index the inputs and plan the run: grid, chunks, tasks, bytes. Reads no pixels. ``progress``: as
+    :func:`run`'s (files listed, headers read)."""
     from pipeline.execute.runner import plan_run, summarise_plan
+    from pipeline.report.progress import progress_for
     from pipeline.report.summary import StageClock
 
     _check(config, "plan")
     clock = StageClock()
-    catalog, p = plan_run(config, clock)
+    show = progress_for(progress)
+    try:
+        catalog, p = plan_run(config, clock, show)
+    finally:
+        show.close()
     summary = summarise_plan(config, catalog, p, clock)
     return PlanSummary(
         grid=p.grid,
@@ -99,22 +106,35 @@ def plan(config: Config) -> PlanSummary:
 
 
 def run(
-    config: Config, client: Any = None, overwrite: bool = False, resume: bool = False, *, progress: bool = False
+    config: Config,
+    client: Any = None,
+    overwrite: bool = False,
+    resume: bool = False,
+    *,
+    progress: bool = False,
+    switches: Switches | None = None,
 ) -> RunResult:
     """Run the pipeline: the store at ``config.output.path`` and the report at ``config.report_path``.
 
     ``client``: an existing ``distributed.Client``; the run submits its tasks there and leaves the client
     and its cluster open. None: the run starts (and closes) its own workers, as the config says.
     ``overwrite`` replaces a store this pipeline wrote; ``resume`` finishes an interrupted one.
+    ``progress``: print progress (indexing, then tasks) to stderr. ``switches``: how messages name
+    overwrite and resume (default this function's arguments: ``overwrite=True``; the CLI passes its flags).
     Raises :class:`~pipeline.errors.PipelineError` subclasses (``ConfigError`` names the key).
     """
-    from pipeline.errors import ConfigError
+    from pipeline.errors import PYTHON_SWITCHES, ConfigError
     from pipeline.execute.runner import run as execute_run
 
     _check(config, "run")
+    switches = switches or PYTHON_SWITCHES
     if resume and overwrite:
-        raise ConfigError("--resume/--overwrite", "choose one: resume keeps the store, overwrite replaces it")
-    result = execute_run(config, client=client, overwrite=overwrite, resume=resume, progress=progress)
+        raise ConfigError(
+            f"{switches.resume}/{switches.overwrite}", "choose one: resume keeps the store, overwrite replaces it"
+        )
+    result = execute_run(
+        config, client=client, overwrite=overwrite, resume=resume, progress=progress, switches=switches
+    )
     result.report = Report(result.report)
     return result
 

@@ -1,7 +1,8 @@
 """The ``pipeline`` command. The only module that configures logging or exits.
 
 Exit codes: 0 done, every input used; 1 run failed; 2 usage or config
-error; 3 done, but some inputs were skipped (listed in the report).
+error; 3 done, but some inputs were skipped (listed in the report); 130 interrupted (Ctrl-C): the
+message gives the command that resumes.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import click
 
 from pipeline import __version__
-from pipeline.errors import ConfigError, DeviceError, PipelineError
+from pipeline.errors import CLI_SWITCHES, ConfigError, DeviceError, PipelineError, RunInterrupted
 
 logger = logging.getLogger("pipeline")
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,13 +40,23 @@ def _exits(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except RunInterrupted as e:
+            click.echo(
+                f"interrupted: {e.finished} of {e.total} partitions finished and kept in {e.path}; "
+                f"resume with: {_command(resume=True)}",
+                err=True,
+            )
+            _leave(130)
+        except KeyboardInterrupt:
+            click.echo(f"interrupted before any output was written; run again with: {_command()}", err=True)
+            _leave(130)
         except (ConfigError, DeviceError) as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(2)
         except PipelineError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(1)
-        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except Exception as e:  # noqa: BLE001 - anything else is a failed run, said plainly
             logger.debug("unexpected error", exc_info=True)
@@ -53,6 +64,17 @@ def _exits(fn: Callable[..., Any]) -> Callable[..., Any]:
             sys.exit(1)
 
     return wrapper
+
+
+def _command(resume: bool = False) -> str:
+    """The command line this process runs, as a shell would take it back; with ``resume``, ``--resume`` in
+    it and ``--overwrite`` out (the command that finishes an interrupted run)."""
+    import shlex
+
+    args = [a for a in sys.argv[1:] if not (resume and a == "--overwrite")]
+    if resume and "--resume" not in args:
+        args.append("--resume")
+    return shlex.join(["pipeline", *args])
 
 
 def _load(config_path: str, sets: tuple[str, ...]) -> Any:
@@ -144,7 +166,7 @@ def run(
     if collector_off:
         gc.freeze()
         gc.enable()
-    result = run_pipeline(cfg, overwrite=overwrite, resume=resume, progress=sys.stdout.isatty() and not quiet)
+    result = run_pipeline(cfg, overwrite=overwrite, resume=resume, progress=not quiet, switches=CLI_SWITCHES)
     if not quiet:
         click.echo(format_report(result.report))
         click.echo(f"\nstore:  {cfg.output.path}\nreport: {cfg.report_path}")
@@ -183,16 +205,23 @@ def _leave(code: int) -> None:
 )
 @click.option("--target-time", type=float, default=180.0, show_default=True, help="Seconds, for --from-report.")
 @click.option("-v", "--verbose", count=True)
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @_exits
 def plan(
-    config: str, sets: tuple[str, ...], as_json: bool, from_report: str | None, target_time: float, verbose: int
+    config: str,
+    sets: tuple[str, ...],
+    as_json: bool,
+    from_report: str | None,
+    target_time: float,
+    verbose: int,
+    quiet: bool,
 ) -> None:
     """Dry run: inputs, target grid, partitions, bytes, task count. Reads no pixels."""
     from pipeline.api import plan as plan_pipeline
 
-    _setup_logging(verbose, False)
+    _setup_logging(verbose, quiet)
     cfg = _load(config, sets)
-    summary = dict(plan_pipeline(cfg).summary)
+    summary = dict(plan_pipeline(cfg, progress=not quiet).summary)
     if from_report:
         from pipeline.report.sizing import estimate_for_plan
         from pipeline.report.summary import read_report
@@ -245,16 +274,22 @@ def plan(
 @click.argument("config", type=click.Path(dir_okay=False))
 @set_option
 @click.option("-v", "--verbose", count=True)
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @_exits
-def index(config: str, sets: tuple[str, ...], verbose: int) -> None:
+def index(config: str, sets: tuple[str, ...], verbose: int, quiet: bool) -> None:
     """Build or refresh the Parquet tile index (inputs.index)."""
     from pipeline.inputs.catalog import build_catalog
+    from pipeline.report.progress import progress_for
 
-    _setup_logging(verbose, False)
+    _setup_logging(verbose, quiet)
     cfg = _load(config, sets)
     if not cfg.inputs.index:
         raise ConfigError("inputs.index", "is not set; give a path such as ../out/tiles.parquet")
-    cat = build_catalog(cfg)
+    show = progress_for(not quiet)
+    try:
+        cat = build_catalog(cfg, progress=show)
+    finally:
+        show.close()
     click.echo(
         f"{cfg.inputs.index}: {len(cat.tiles)} tiles ({cat.headers_read} headers read, {len(cat.skipped)} skipped)"
     )
@@ -283,17 +318,30 @@ def config_cmd(config: str | None, sets: tuple[str, ...], schema: bool) -> None:
 @main.command()
 @click.argument("report_json", type=click.Path(exists=True, dir_okay=False))
 @click.option("--html", "html_out", type=click.Path(dir_okay=False), help="Write an HTML page with plots.")
+@click.option(
+    "--compare",
+    "old_json",
+    type=click.Path(exists=True, dir_okay=False),
+    help="An older run's report: what changed, stage by stage and diagnostic by diagnostic.",
+)
 @_exits
-def report(report_json: str, html_out: str | None) -> None:
-    """Print a past run's breakdown (and render it as HTML)."""
+def report(report_json: str, html_out: str | None, old_json: str | None) -> None:
+    """Print a past run's breakdown (or what changed since an older run), and render it as HTML."""
     from pipeline.report.summary import format_report, read_report
 
     rep = read_report(report_json)
-    click.echo(format_report(rep))
+    old = read_report(old_json) if old_json else None
+    if old is not None:
+        from pipeline.report.compare import compare_reports, format_comparison
+
+        click.echo(f"{report_json} (new) against {old_json} (old):")
+        click.echo(format_comparison(compare_reports(rep, old)))
+    else:
+        click.echo(format_report(rep))
     if html_out:
         from pipeline.report.html import write_html
 
-        write_html(rep, html_out)
+        write_html(rep, html_out, old, old_json or "")
         click.echo(f"\nhtml: {html_out}")
 
 

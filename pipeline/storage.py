@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -304,12 +305,15 @@ def is_glob(path: str) -> bool:
     return any(ch in path for ch in "*?[")
 
 
-def list_objects(pattern: str, storage: StorageConfig) -> list[tuple[str, int, int, str]]:
+def list_objects(
+    pattern: str, storage: StorageConfig, on_page: Callable[[int], Any] | None = None
+) -> list[tuple[str, int, int, str]]:
     """The objects an ``s3://bucket/prefix/**/*.tif`` glob names: ``(url, size, last_modified_ns, etag)``
     from ONE prefix listing (paged by the store), matched client side; never a request per object. A
     key without wildcards is one HEAD request; [] when it does not exist.
 
-    Raises ConfigError naming the bucket or endpoint (and no secret) when the listing itself fails."""
+    Raises ConfigError naming the bucket or endpoint (and no secret) when the listing itself fails.
+    ``on_page``: called with each page's number of objects as it arrives (progress)."""
     bucket, key_pattern = split_url(pattern)
     prefix = glob_prefix(key_pattern)
     rx = glob_regex(key_pattern)
@@ -334,6 +338,8 @@ def list_objects(pattern: str, storage: StorageConfig) -> list[tuple[str, int, i
                 )
             ]
         for batch in obstore.list(store, prefix=prefix or None, chunk_size=1000):
+            if on_page is not None:
+                on_page(len(batch))
             for meta in batch:
                 key = meta["path"]
                 if rx.match(key):

@@ -128,7 +128,7 @@ def test_run_on_the_callers_client_leaves_it_open_and_gives_the_same_cube(tmp_pa
 
 def test_run_refuses_resume_with_overwrite(tmp_path: Path, small_dir: Path) -> None:
     cfg = pipeline.Config(**_mapping(small_dir, tmp_path / "x.zarr"))
-    with pytest.raises(ConfigError, match="--resume/--overwrite"):
+    with pytest.raises(ConfigError, match="resume=True/overwrite=True"):
         pipeline.run(cfg, overwrite=True, resume=True)
     assert not (tmp_path / "x.zarr").exists()
     with pytest.raises(TypeError, match=r"takes a pipeline.Config \(pipeline.Config.from_yaml"):
@@ -154,3 +154,17 @@ def test_the_quicklook_example_runs(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "work" / "cube.report.json").read_text())
     # planned from the items, with one header per band (its shape group) read for the overviews
     assert report["inputs"]["files"] == 32 and report["inputs"]["headers_read"] == 4
+
+
+def test_api_errors_name_the_api_arguments_not_the_cli_flags(tmp_path: Path, small_dir: Path) -> None:
+    cfg = pipeline.Config(**_mapping(small_dir, tmp_path / "x.zarr"))
+    assert pipeline.run(cfg).exit_code == 0
+    with pytest.raises(ConfigError) as info:
+        pipeline.run(cfg)
+    assert "pass overwrite=True to replace it (or resume=True to finish it)" in str(info.value)
+    assert "--" not in str(info.value)
+    other = pipeline.Config(**_mapping(small_dir, tmp_path / "x.zarr") | {"fuse": "last"})
+    with pytest.raises(ConfigError) as info:
+        pipeline.run(other, resume=True)
+    assert info.value.key == "fuse" and "the store has 'first', the config has 'last'" in info.value.problem
+    assert "overwrite=True" in info.value.problem and "--" not in str(info.value)

@@ -70,8 +70,30 @@ def test_run_then_report_html(tmp_path: Path, small_dir: Path) -> None:
     html = tmp_path / "page" / "report.html"
     r = cli("report", str(report), "--html", str(html))
     assert r.returncode == 0, r.stderr
-    assert html.exists() and (tmp_path / "page" / "report.stages.png").stat().st_size > 5000
-    assert "data:image/png;base64," in html.read_text()
+    assert html.exists() and sorted(p.name for p in html.parent.iterdir()) == ["report.html"]  # no PNG beside it
+    assert html.read_text().count("data:image/png;base64,") == 4  # stages, timeline, durations, memory
+
+    # a second run with other settings, compared with the first: text and HTML
+    r = cli(
+        "run",
+        str(cfg),
+        "--overwrite",
+        "-q",
+        "--report",
+        str(tmp_path / "new.json"),
+        "--set",
+        "execution.partition_mb=0.5",
+    )
+    assert r.returncode == 0, r.stderr
+    r = cli("report", str(tmp_path / "new.json"), "--compare", str(report), "--html", str(tmp_path / "cmp.html"))
+    assert r.returncode == 0, r.stderr
+    assert "the new run took " in r.stdout and "x the old one's wall" in r.stdout
+    for stage in ("wall", "index", "read", "resample", "write", "overhead"):
+        assert any(line.split()[:1] == [stage] for line in r.stdout.splitlines()), stage
+    assert "diagnostics (old -> new):" in r.stdout and "  chunk_size " in r.stdout
+    assert "execution.partition_mb: 1 -> 0.5" in r.stdout or "execution.partition_mb: 1.0 -> 0.5" in r.stdout
+    page = (tmp_path / "cmp.html").read_text()
+    assert "Compared with" in page and "Diagnostic by diagnostic" in page and "execution.partition_mb" in page
 
 
 def test_fixtures_are_deterministic(tmp_path: Path) -> None:

@@ -530,3 +530,22 @@ def test_readme_config_block_names_every_key_and_no_other() -> None:
     assert missing == [], f"README's config block lacks {missing}"
     unknown = sorted(set(shown) - set(model_keys(Config)))
     assert unknown == [], f"README's config block names keys the model does not have: {unknown}"
+
+
+def test_a_misspelt_key_is_reported_first_with_the_nearest_known_key() -> None:
+    raw = yaml.safe_load(yaml.safe_dump(FULL))
+    raw["output"]["paht"] = raw["output"].pop("path")  # the misspelling also makes output.path missing
+    with pytest.raises(ConfigError) as info:
+        _validate(raw)
+    assert info.value.key == "output.paht"
+    assert info.value.problem.startswith("unknown key (did you mean `output.path`?")
+    assert "also 'output.path': is required" in info.value.problem
+    raw = yaml.safe_load(yaml.safe_dump(FULL))
+    raw["grid"]["resolutoin"] = raw["grid"]["resolution"]
+    with pytest.raises(ConfigError, match=r"did you mean `grid.resolution`\?"):
+        _validate(raw)
+    raw = yaml.safe_load(yaml.safe_dump(FULL))
+    raw["grid"]["colour"] = "red"  # nothing near: no guess
+    with pytest.raises(ConfigError) as info:
+        _validate(raw)
+    assert "did you mean" not in info.value.problem

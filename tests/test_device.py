@@ -175,3 +175,15 @@ def test_gpu_warp_equals_cpu_kernels(small_dir: Path) -> None:
         np.testing.assert_array_equal(cpu, gpu) if method == "nearest" else np.testing.assert_allclose(
             cpu, gpu, rtol=1e-3, atol=1
         )
+
+
+def test_without_cupy_the_reason_says_no_gpu_here_plainly() -> None:
+    import importlib.util
+
+    from pipeline.execute.device import detect_gpu
+
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("CuPy is installed here")
+    reason = detect_gpu().reason
+    assert reason == "no GPU here (CuPy not installed; the 'gpu' extra installs it)"
+    assert decide("auto", False, reason, work(2048), H200, PASSED) == ("cpu", reason)  # said once, plainly

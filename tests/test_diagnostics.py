@@ -57,7 +57,7 @@ def test_clean_run_warns_on_nothing(clean: dict[str, Any]) -> None:
         assert d["detail"]
 
 
-def test_one_huge_tile_warns_long_tail(tmp_path: Path, small_dir: Path) -> None:
+def test_one_huge_tile_warns_long_tail_and_overviews_remove_it(tmp_path: Path, small_dir: Path) -> None:
     data = tmp_path / "data"
     shutil.copytree(small_dir, data)
     with rasterio.open(small_dir / "2024-06-01" / "T32A0_B02.tif") as src:
@@ -80,13 +80,22 @@ def test_one_huge_tile_warns_long_tail(tmp_path: Path, small_dir: Path) -> None:
         compress="deflate",
     ) as dst:
         dst.write(values, 1)
-    cfg = load_config(
-        write_config(tmp_path, str(data / "**" / "*.tif")), ["resampling=mode", "execution.partition_mb=0.05"]
-    )
+    cfg_path = write_config(tmp_path, str(data / "**" / "*.tif"))
+    cfg = load_config(cfg_path, ["resampling=mode", "execution.partition_mb=0.05"])
     report = run(cfg).report
     assert "long_tail" in warned(report), report["diagnostics"]
     huge = [s for s in report["stragglers"] if s["cost_bytes"] > 20e6]  # the chunks under the fine tile
     assert huge and report["stragglers"][0] in huge  # found, and the worst of the tail
+    said = advice(report, "long_tail")
+    assert "far finer than the grid" in said and "overviews" in said
+    # Following it: overviews on the fine tile, a resampling that reads them. (Smaller chunks, the other
+    # advice, left the warning: the fine tile's chunks stay ~100x the median however they are cut.)
+    from rasterio.enums import Resampling
+
+    with rasterio.open(data / "2024-06-01" / "T32A0_B02z.tif", "r+") as ds:
+        ds.build_overviews([2, 4, 8, 16, 32, 64], Resampling.average)
+    fixed = run(load_config(cfg_path, ["resampling=average", "execution.partition_mb=0.05"]), overwrite=True).report
+    assert "long_tail" not in warned(fixed), fixed["diagnostics"]
 
 
 def test_single_worker_warns_workers_used(tmp_path: Path, small_dir: Path) -> None:
@@ -130,17 +139,8 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
-def test_html_report_renders_in_headless_chromium(clean: dict[str, Any], tmp_path: Path) -> None:
-    from matplotlib.image import imread
-
-    from pipeline.report.html import COLOURS, write_html
-
-    browser = _chromium()
-    if browser is None:
-        pytest.skip("no Chromium: `make test` installs Debian's chromium where it can")
-    page, stages_png, timeline_png = write_html(clean, str(tmp_path / "report.html"))
-    shot = tmp_path / "shot.png"
-    r = subprocess.run(
+def _browser(browser: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [
             browser,
             "--headless",
@@ -153,14 +153,54 @@ def test_html_report_renders_in_headless_chromium(clean: dict[str, Any], tmp_pat
             "--disable-sync",
             f"--user-data-dir={tmp_path / 'profile'}",
             "--hide-scrollbars",
-            "--window-size=1000,1600",
-            f"--screenshot={shot}",
-            f"file://{page}",
+            *args,
         ],
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_html_report_renders_in_headless_chromium(clean: dict[str, Any], tmp_path: Path) -> None:
+    from matplotlib.image import imread
+
+    from pipeline.report.html import COLOURS, write_html
+
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no Chromium: `make test` installs Debian's chromium where it can")
+    report = copy.deepcopy(clean)  # a remote run's figures and a skipped input, to fill their tables
+    report["inputs"]["skipped"] = [{"path": "s3://b/2024-06-01/T1_B04.tif", "error": "not a TIFF"}]
+    report["network"] = {
+        "requests": 120,
+        "bytes_fetched": 9_000_000,
+        "bytes_needed": 6_000_000,
+        "retries": 3,
+        "latency_ms": {"p50": 12.5, "p99": 80.0},
+    }
+    older = copy.deepcopy(clean)
+    older["wall_s"] *= 2
+    older["stages"]["overhead"] += clean["wall_s"]
+    page = write_html(report, str(tmp_path / "report.html"), older, "old.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]  # the page holds its images
+    dom = _browser(browser, tmp_path, "--dump-dom", f"file://{page}").stdout
+    for section in (
+        "Compared with old.json",
+        "Stage by stage",
+        "Diagnostic by diagnostic",
+        "Settings it ran with",
+        "Task durations",
+        "Memory over time",
+        "Network",
+        "Skipped inputs",
+        "At full scale",
+        "What would 7 TB (192,000 files) in 3 minutes take",
+    ):
+        assert section in dom, section
+    assert "execution.partition_mb" in dom and "s3://b/2024-06-01/T1_B04.tif" in dom and "1.50x" in dom  # tables
+    assert dom.count("data:image/png;base64,") == 5  # compared stages, stages, timeline, durations, memory
+    shot = tmp_path / "shot.png"
+    r = _browser(browser, tmp_path, "--window-size=1000,6000", f"--screenshot={shot}", f"file://{page}")
     assert shot.exists(), r.stderr
     img = imread(str(shot))[:, :, :3]
     assert img.std() > 0.05  # not a blank page
@@ -170,11 +210,9 @@ def test_html_report_renders_in_headless_chromium(clean: dict[str, Any], tmp_pat
         rgb = np.array([int(hex_colour[i : i + 2], 16) for i in (1, 3, 5)])
         return int((np.abs(pixels - rgb).max(axis=1) <= 8).sum())
 
-    # The charts' bar colours are on screen: the stage chart and the timeline rendered.
+    # The charts' bar colours are on screen: the stage chart, the timeline and the histogram rendered.
     for stage in ("read", "resample", "write"):
         assert present(COLOURS[stage]) > 200, stage
-    for png in (stages_png, timeline_png):
-        assert imread(png).std() > 0.05
 
 
 def advice(report: dict[str, Any], check: str) -> str:
@@ -360,3 +398,74 @@ def test_tiny_chunks_on_a_real_sized_job_warn_as_plan_advises_and_the_advice_rem
     assert "chunk_size" not in warned(fixed), fixed["diagnostics"]
     catalog, plan = plan_run(fixed_cfg)
     assert not [a for a in summarise_plan(fixed_cfg, catalog, plan)["advice"] if "output.chunks" in a]
+
+
+def test_object_size_judges_only_enough_objects_and_its_advice_removes_it(
+    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str
+) -> None:
+    """In a real (moto) bucket: the 1 MB cube is not judged (76 objects: empty chunks are not written);
+    the same cube in ~1,000 objects of 32x32 warns, and the output.shards it suggests removes the
+    warning. The shards a user tried in vain before ({y: 256, x: 640}: one object per band and date) do
+    not warn."""
+    path = write_config(
+        tmp_path,
+        str(small_dir / "**" / "*.tif"),
+        storage={"endpoint_url": s3_server.endpoint_url},
+        output={"path": f"s3://{s3_bucket}/cube.zarr", "chunks": {"y": 128, "x": 128}},
+        report={"path": str(tmp_path / "r.json")},
+    )
+
+    def size_check(*sets: str) -> dict[str, str]:
+        report = run(load_config(path, list(sets)), overwrite=True).report
+        return next(d for d in report["diagnostics"] if d["check"] == "object_size")
+
+    few = size_check()
+    assert few["status"] == "ok" and "76 chunk objects" in few["detail"] and "too few to judge" in few["detail"]
+    many = size_check("output.chunks={y: 32, x: 32}")
+    assert many["status"] == "warn" and int(many["detail"].split()[0]) >= 500, many
+    shards = suggested(many["advice"], "output.shards")
+    fixed = size_check("output.chunks={y: 32, x: 32}", f"output.shards={shards}")
+    assert fixed["status"] == "ok", fixed
+    tried = size_check("output.shards={y: 256, x: 640}")
+    assert tried["status"] == "ok" and "8 chunk objects" in tried["detail"], tried
+
+
+def test_worker_memory_judges_known_limits_and_more_memory_removes_it(clean: dict[str, Any]) -> None:
+    report = copy.deepcopy(clean)
+    worker = next(iter(report["memory"]["worker_peak_mb"]))
+    report["memory"]["worker_peak_mb"][worker] = 950.0
+    report["memory"]["worker_limit_mb"] = {}  # no limit known: no evidence
+    report["diagnostics"] = compute_diagnostics(report)
+    assert "worker_memory" not in warned(report)
+    report["memory"]["worker_limit_mb"] = {worker: 1000.0}
+    report["diagnostics"] = compute_diagnostics(report)
+    assert "worker_memory" in warned(report) and "more memory" in advice(report, "worker_memory")
+    report["memory"]["worker_limit_mb"] = {worker: 2000.0}  # the advice followed: workers with more memory
+    report["diagnostics"] = compute_diagnostics(report)
+    assert "worker_memory" not in warned(report)
+
+
+def test_read_amplification_judges_remote_reads_and_aligned_reads_remove_it(clean: dict[str, Any]) -> None:
+    report = copy.deepcopy(clean)
+    assert "read_amplification" not in statuses(report)  # local reads: nothing to judge
+    report["network"] = {"requests": 40, "bytes_fetched": 30e6, "bytes_needed": 5e6, "retries": 0}
+    report["diagnostics"] = compute_diagnostics(report)
+    assert "read_amplification" in warned(report) and "output.chunks" in advice(report, "read_amplification")
+    report["network"]["bytes_fetched"] = 6e6  # reads fetching what their windows cover
+    report["diagnostics"] = compute_diagnostics(report)
+    assert statuses(report)["read_amplification"] == "ok"
+
+
+def test_gpu_ran_on_a_cpu_run_is_ok_and_says_why_plainly(clean: dict[str, Any]) -> None:
+    detail = next(d["detail"] for d in clean["diagnostics"] if d["check"] == "gpu_ran")
+    assert statuses(clean)["gpu_ran"] == "ok" and "Error" not in detail
+    report = copy.deepcopy(clean)
+    report["execution"]["device_requested"] = "gpu"
+    report["diagnostics"] = compute_diagnostics(report)
+    assert "gpu_ran" in warned(report)
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is None:
+        assert "no GPU here (CuPy not installed" in next(
+            d["detail"] for d in report["diagnostics"] if d["check"] == "gpu_ran"
+        )

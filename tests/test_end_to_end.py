@@ -162,7 +162,7 @@ def test_each_file_is_opened_once_per_worker_not_per_chunk(runs: dict[str, Any])
 
 def test_existing_store_is_refused_without_overwrite(runs: dict[str, Any]) -> None:
     cfg, _ = runs["average"]
-    with pytest.raises(ConfigError, match="--overwrite"):
+    with pytest.raises(ConfigError, match=r"pass overwrite=True to replace it"):
         run(cfg)
     assert zarr.open_group(cfg.output.path, mode="r").attrs["pipeline_complete"] is True
 

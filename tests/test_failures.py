@@ -123,8 +123,8 @@ def test_file_deleted_between_indexing_and_reading(
     shutil.copytree(small_dir, data)
     victim = data / "2024-06-11" / "T31A0_B02.tif"
 
-    def catalog_then_delete(config):  # type: ignore[no-untyped-def]
-        catalog = build_catalog(config)
+    def catalog_then_delete(config, **kw):  # type: ignore[no-untyped-def]
+        catalog = build_catalog(config, **kw)
         victim.unlink()  # gone after its header was read, before any task reads it
         return catalog
 
@@ -300,7 +300,12 @@ def test_full_destination_then_resume(tmp_path: Path, small_dir: Path, clean_cub
     )
     r = cli("run", str(cfg), "-q", "--workers", "1")
     assert r.returncode == 1
-    assert "No space left on device" in r.stderr and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr  # one message: no Rust debug dump, no traceback
+    assert "Debug source" not in r.stderr and "LocalFileSystem" not in r.stderr
+    assert f"device tmpfs (mounted at {tiny_disk}" in lines[0] and "MB free" in lines[0] and "is full" in lines[0]
+    assert "The plan writes 2.0 MB raw for the " in lines[0]  # the small cube's bytes, from the plan
+    assert lines[0].endswith("then rerun the same command with --resume: finished partitions are kept")
     assert not store_is_complete(str(tiny_disk / "out.zarr"))
     subprocess.run(["mount", "-o", "remount,size=64m", str(tiny_disk)], check=True)  # the cause, fixed
     r = cli("run", str(cfg), "-q", "--workers", "1", "--resume")

@@ -159,7 +159,8 @@ def test_s3_output_is_the_local_cube_bit_for_bit(
         np.testing.assert_array_equal(opened[band].values, ref_ds[band].values)
     assert remote.report["output"]["objects"] == local.report["output"]["objects"] > 0
     diag = {d["check"]: d for d in remote.report["diagnostics"]}
-    assert diag["object_size"]["status"] == "warn" and "output.shards" in diag["object_size"]["advice"]
+    # 76 small objects: too few requests to judge (test_diagnostics has the store where they matter)
+    assert diag["object_size"]["status"] == "ok" and "too few to judge" in diag["object_size"]["detail"]
 
 
 def test_zarr_v2_in_a_bucket_is_the_local_v2_store_bit_for_bit(
@@ -265,7 +266,7 @@ def test_overwrite_replaces_a_store_of_the_pipeline_and_exit_2_otherwise(tmp_pat
     _create(plan, str(target))
     (target / "B01" / "c" / "0" / "0").mkdir(parents=True)
     (target / "B01" / "c" / "0" / "0" / "0").write_bytes(b"stale chunk")
-    with pytest.raises(ConfigError, match="--overwrite"):
+    with pytest.raises(ConfigError, match="overwrite=True"):
         _create(plan, str(target), overwrite=False)
     _create(plan, str(target), overwrite=True, zarr_format=2)  # a v3 store of ours, replaced by a v2 one
     assert not (target / "B01" / "c").exists() and (target / "B01" / ".zarray").exists()
@@ -325,7 +326,7 @@ def test_overwrite_in_a_bucket_deletes_only_the_store_prefix(
     client.put_object(Bucket=s3_bucket, Key="out/cube.zarr/B01/c/0/0/0", Body=b"stale chunk")
     client.put_object(Bucket=s3_bucket, Key="out/cube.zarr2/keep", Body=b"a sibling")
     client.put_object(Bucket=s3_bucket, Key="out/cube.zarr.report.json", Body=b"{}")
-    with pytest.raises(ConfigError, match="--overwrite"):
+    with pytest.raises(ConfigError, match="overwrite=True"):
         _create(plan, url, storage, overwrite=False)
     _create(plan, url, storage, overwrite=True)
     keys = set(_objects(f"s3://{s3_bucket}", storage))

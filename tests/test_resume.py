@@ -76,5 +76,7 @@ def test_resume_refuses_a_store_made_with_other_settings(tmp_path: Path, small_d
     assert _run(str(cfg), "--workers", "1").returncode == 0
     r = _run(str(cfg), "--resume", "--set", "resampling=nearest", "--set", "output.chunks={y: 64, x: 64}")
     assert r.returncode == 2
-    assert "resampling: store has 'average', config has 'nearest'" in r.stderr
-    assert "output.chunks_yx" in r.stderr
+    assert r.stderr.startswith("error: config key 'output.chunks': "), r.stderr  # the key a user writes
+    assert "output.chunks: the store has {y: 128, x: 128}, the config has {y: 64, x: 64}" in r.stderr
+    assert "resampling: the store has 'average', the config has 'nearest'" in r.stderr
+    assert "chunks_yx" not in r.stderr and "--resume'" not in r.stderr and "--overwrite to replace it" in r.stderr

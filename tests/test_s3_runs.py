@@ -195,3 +195,21 @@ def test_workers_get_credentials_set_after_the_fork_server(
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert os.environ["AWS_SECRET_ACCESS_KEY"] not in r.stderr + r.stdout
+
+
+def test_a_wrong_output_bucket_exits_2_naming_bucket_endpoint_and_what_to_check(
+    tmp_path: Path, small_dir: Path, s3_server: Any
+) -> None:
+    cfg = _s3_config_file(
+        tmp_path, str(small_dir / "**" / "*.tif"), "s3://no-such-out-bucket/cube.zarr", s3_server.endpoint_url
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "pipeline", "run", str(cfg), "-q"], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr  # one message, no XML body, no traceback
+    assert lines[0].startswith("error: config key 'output.path': ")
+    assert "'no-such-out-bucket' does not exist" in lines[0] and s3_server.endpoint_url in lines[0]
+    assert "check the bucket name" in lines[0] and "storage.endpoint_url" in lines[0]
+    assert "<?xml" not in r.stderr and os.environ["AWS_SECRET_ACCESS_KEY"] not in r.stderr

@@ -12,6 +12,7 @@ This module imports pydantic, so :mod:`pipeline.config` imports it only when a c
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -303,6 +304,11 @@ class ExecutionConfig(Section):
         PosInt | None, BeforeValidator(auto_none, json_schema_input_type=Literal["auto"] | PosInt | None)
     ] = Field(None, description="Local worker processes; auto (or null): one per core.")
     threads_per_worker: PosInt = Field(1, description="Threads in each local worker.")
+    dashboard: Flag = Field(
+        True,
+        description="A local cluster serves Dask's dashboard on a free port of 127.0.0.1 and the run prints its "
+        "link; with a scheduler's address, the link to that scheduler's dashboard is printed.",
+    )
     device: Device = Field("auto", description="auto | cpu | gpu: where tasks resample.")
     partition_mb: PosNumber = Field(64.0, description="Target bytes of work per task, MB.")
     retries: NonNegInt = Field(2, description="Retries of a failed task.")
@@ -543,8 +549,11 @@ def _problem(err: Any) -> tuple[str, str]:
     if isinstance(error, Exception):
         return key, str(error)
     if kind == "extra_forbidden":
-        known = ", ".join(_at(names[:-1]))
-        return key, f"unknown key (known here: {known})"
+        known = list(_at(names[:-1]))
+        near = difflib.get_close_matches(names[-1], known, n=1, cutoff=0.6) if names else []
+        parent = ".".join(names[:-1])
+        hint = f"did you mean `{'.'.join(p for p in (parent, near[0]) if p)}`? " if near else ""
+        return key, f"unknown key ({hint}known here: {', '.join(known)})"
     if kind == "missing":
         desc = _at(names[:-1]).get(names[-1], (None, None))[1] if names else None
         return key, "is required" + (f": {desc}" if desc else "")
@@ -568,7 +577,8 @@ def _problem(err: Any) -> tuple[str, str]:
 
 def config_error(e: ValidationError) -> ConfigError:
     """One ConfigError for a ValidationError: its first problem's dotted key; the others follow in the message."""
-    problems = [_problem(err) for err in e.errors()]
+    errors = sorted(e.errors(), key=lambda err: err["type"] != "extra_forbidden")  # a misspelt key first:
+    problems = [_problem(err) for err in errors]  # the "required" error it caused follows it
     key, problem = problems[0]
     if len(problems) > 1:
         problem += "; also " + "; ".join(f"'{k}': {p}" for k, p in problems[1:4])

@@ -71,16 +71,23 @@ class DeviceProfile:
 
 
 @functools.lru_cache(maxsize=1)
+def _no_gpu(reason: str) -> str:
+    """A decision's reason where no GPU is usable: :func:`detect_gpu`'s own words (``no GPU here (...)``)."""
+    return reason if reason.startswith("no GPU") else f"no GPU: {reason}"
+
+
 def detect_gpu() -> GpuInfo:
     """CuPy importable and at least one CUDA device present; cached for the process."""
     try:
         import cupy
-    except Exception as e:  # noqa: BLE001 - ImportError or a broken CUDA install
-        return GpuInfo(False, f"CuPy is not importable ({type(e).__name__}: {e}); install the 'gpu' extra")
+    except ModuleNotFoundError:
+        return GpuInfo(False, "no GPU here (CuPy not installed; the 'gpu' extra installs it)")
+    except Exception as e:  # noqa: BLE001 - a broken CuPy or CUDA install
+        return GpuInfo(False, f"no GPU here (CuPy is installed but does not import: {type(e).__name__}: {e})")
     try:
         n = cupy.cuda.runtime.getDeviceCount()
         if n < 1:
-            return GpuInfo(False, "CuPy found no CUDA device", cupy_version=cupy.__version__)
+            return GpuInfo(False, "no GPU here (CuPy found no CUDA device)", cupy_version=cupy.__version__)
         props = cupy.cuda.runtime.getDeviceProperties(0)
         name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
         return GpuInfo(
@@ -92,7 +99,7 @@ def detect_gpu() -> GpuInfo:
             cuda_version=str(cupy.cuda.runtime.runtimeGetVersion()),
         )
     except Exception as e:  # noqa: BLE001
-        return GpuInfo(False, f"CUDA is not usable: {e}")
+        return GpuInfo(False, f"no GPU here (CUDA is not usable: {e})")
 
 
 def probe_worker() -> dict[str, Any]:
@@ -168,7 +175,7 @@ def verify_gpu(xp: Any = None, info: GpuInfo | None = None, cache: str | None = 
     :func:`detect_gpu`."""
     info = info or detect_gpu()
     if not info.available:
-        return {"ok": False, "detail": f"no GPU: {info.reason}", "key": None}
+        return {"ok": False, "detail": _no_gpu(info.reason), "key": None}
     cache = cache or PARITY_CACHE
     key = device_key(info)
     try:
@@ -206,7 +213,7 @@ def decide(
     if requested == "cpu":
         return "cpu", "device: cpu requested"
     if not gpu_available:
-        return "cpu", f"no GPU: {gpu_reason}"
+        return "cpu", _no_gpu(gpu_reason)
     if requested == "auto" and not (parity or {}).get("ok"):
         detail = (parity or {}).get("detail", "not run")
         return "cpu", f"GPU kernels not verified against NumPy on this device ({detail})"

@@ -10,8 +10,6 @@ import json
 import logging
 import os
 import pickle
-import shutil
-import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -19,7 +17,7 @@ import numpy as np
 
 from pipeline import __version__
 from pipeline.config import Config, is_url
-from pipeline.errors import ConfigError, StoreError
+from pipeline.errors import PYTHON_SWITCHES, ConfigError, StoreError, Switches
 from pipeline.execute.chunkcost import chunk_cost as chunk_cost_now
 from pipeline.execute.chunkcost import planned_chunk, small_chunks
 from pipeline.execute.device import (
@@ -27,6 +25,7 @@ from pipeline.execute.device import (
     detect_gpu,
 )
 from pipeline.execute.schedulers import execute_tasks, threads_available
+from pipeline.execute.stopping import stopped_cleanly
 from pipeline.execute.task import TaskContext, peak_rss_mb
 from pipeline.execute.workers import start_fork_server, start_worker_server
 from pipeline.inputs.catalog import build_catalog, describe_bands
@@ -34,9 +33,12 @@ from pipeline.inputs.netstats import summarise as summarise_network
 from pipeline.planning.plan import Plan, compute_plan
 from pipeline.planning.windows import infer_grid
 from pipeline.report.diagnostics import compute_diagnostics, compute_stragglers, compute_task_overhead
+from pipeline.report.progress import NoProgress, progress_for
 from pipeline.report.summary import StageClock, compute_stages, summarise_workers, write_report
 from pipeline.storage import write_object
 from pipeline.store.layout import create_store, finalize_store, journal_done, store_config, store_exists
+from pipeline.store.replace import move_aside
+from pipeline.store.resume import check_resumable
 from pipeline.store.write import store_stamp
 
 logger = logging.getLogger(__name__)
@@ -67,11 +69,11 @@ class RunResult:
         return open_cube(self.config)
 
 
-def plan_run(config: Config, clock: StageClock | None = None) -> tuple[Any, Plan]:
+def plan_run(config: Config, clock: StageClock | None = None, progress: NoProgress | None = None) -> tuple[Any, Plan]:
     """Catalog and plan (no pixels read): shared by ``run`` and ``pipeline plan``."""
     clock = clock or StageClock()
     with clock.stage("index"):
-        catalog = build_catalog(config)
+        catalog = build_catalog(config, progress=progress)
     with clock.stage("plan"):
         crs, res_xy, inferred = infer_grid(catalog.tiles, config.grid.crs, config.grid.resolution)
         for key, what in inferred.items():
@@ -199,20 +201,14 @@ def summarise_plan(config: Config, catalog: Any, plan: Plan, clock: StageClock |
     }
 
 
-def _prepare_store(config: Config, plan: Plan, *, overwrite: bool, resume: bool) -> set[str]:
-    """Create the template, or check the existing store for --resume; return finished partition keys."""
+def _prepare_store(
+    config: Config, plan: Plan, *, overwrite: bool, resume: bool, switches: Switches = PYTHON_SWITCHES
+) -> set[str]:
+    """Create the template, or check the existing store for resume; return finished partition keys."""
     path, storage = config.output.path, config.storage
     if resume and store_exists(path, storage):
-        attrs = store_config(path, storage)
-        if attrs.get("pipeline_config_hash") != config.output_hash():
-            old = attrs.get("pipeline_settings") or {}
-            new = config.output_settings()
-            diff = [
-                f"{k}: store has {old.get(k)!r}, config has {new.get(k)!r}"
-                for k in sorted(set(old) | set(new))
-                if old.get(k) != new.get(k)
-            ]
-            raise ConfigError("--resume", f"{path} was made with different settings: " + "; ".join(diff or ["unknown"]))
+        attrs = store_config(path, storage, switches)
+        check_resumable(path, attrs, config.output_hash(), config.output_settings(), switches)
         if attrs.get("pipeline_complete"):
             logger.info("%s is already complete; nothing to resume", path)
             return set(plan.partitions.keys())
@@ -230,59 +226,9 @@ def _prepare_store(config: Config, plan: Plan, *, overwrite: bool, resume: bool)
         storage=storage,
         shards_yx=config.output.shards_yx,
         zarr_format=config.output.zarr_format,
+        switches=switches,
     )
     return set()
-
-
-def _move_aside(config: Config, *, overwrite: bool, resume: bool) -> threading.Thread | None:
-    """With ``--overwrite``, a local store this pipeline wrote is renamed into a hidden folder beside it
-    and deleted there while the run goes on; the thread that waits for the deletion is returned, to be
-    joined before the store is finalized. None where there is nothing to move or it cannot be moved
-    (:func:`pipeline.write.create_store` then checks and removes what is there itself).
-
-    Deleting a case-study cube (296 files, 46 MB) takes 0.15-0.2 s, nearly all of it waiting on the
-    disk (``rm -rf``: 0.03 s of CPU). ``rm`` runs it in its own process: ``shutil.rmtree`` on a thread
-    takes the GIL back after every file and overlapped nothing with the driver's start (measured)."""
-    import tempfile
-
-    from pipeline.storage import scheme
-    from pipeline.store.layout import inspect_output
-
-    path = os.path.abspath(config.output.path) if scheme(config.output.path) == "file" else None
-    if not overwrite or path is None or (resume and store_exists(path, config.storage)):
-        return None
-    if inspect_output(path, config.storage) != "":  # nothing there, or not a store of this pipeline
-        return None
-    parent, name = os.path.split(path)
-    try:
-        aside = tempfile.mkdtemp(prefix=f".{name}.replaced-", dir=parent)
-    except OSError:
-        return None
-    try:
-        os.rename(path, os.path.join(aside, name))
-    except OSError:
-        os.rmdir(aside)
-        return None
-    logger.info("removing existing store %s (--overwrite), moved to %s", path, aside)
-
-    def remove() -> None:
-        import subprocess
-
-        try:
-            done = subprocess.run(["rm", "-rf", "--", aside], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            error = done.stderr.decode(errors="replace").strip() if done.returncode else ""
-        except OSError:  # no rm here
-            try:
-                shutil.rmtree(aside)
-                error = ""
-            except OSError as e:
-                error = str(e)
-        if error:
-            logger.warning("could not remove the replaced store, moved to %s: %s; remove it yourself", aside, error)
-
-    thread = threading.Thread(target=remove, name="pipeline-remove-old-store")
-    thread.start()
-    return thread
 
 
 def task_context(config: Config, plan: Plan) -> TaskContext:
@@ -310,21 +256,41 @@ def run(
     client: Any = None,
     overwrite: bool = False,
     resume: bool = False,
-    progress: bool = False,
+    progress: Any = False,
     shuffle_seed: int | None = None,
+    switches: Switches = PYTHON_SWITCHES,
 ) -> RunResult:
     """The batch run. Raises PipelineError subclasses; returns the report and exit code.
 
     ``client``: an existing ``distributed.Client`` to run on (left open); None: as the config says.
-    ``shuffle_seed`` submits the partitions in a shuffled order (the cube must not change).
+    ``progress``: True shows it on stderr, False none, or an object with the interface of
+    :class:`~pipeline.report.progress.NoProgress`. ``shuffle_seed`` submits the partitions in a shuffled
+    order (the cube must not change). ``switches``: how messages name overwrite and resume (the CLI
+    passes its flags). Ctrl-C raises :class:`~pipeline.errors.RunInterrupted` (a KeyboardInterrupt).
     """
+    show = progress_for(progress)
+    try:
+        return _run(config, client, overwrite, resume, show, shuffle_seed, switches)
+    finally:
+        show.close()
+
+
+def _run(
+    config: Config,
+    client: Any,
+    overwrite: bool,
+    resume: bool,
+    progress: NoProgress,
+    shuffle_seed: int | None,
+    switches: Switches,
+) -> RunResult:
     clock = StageClock()
     own_workers = not config.execution.address and client is None
     if own_workers and config.execution.scheduler == "local-cluster":
         start_worker_server()  # its imports overlap the planning below (auto starts it once it picks a cluster)
     elif own_workers and config.execution.scheduler == "processes":
         start_fork_server()
-    catalog, plan = plan_run(config, clock)
+    catalog, plan = plan_run(config, clock, progress)
     if config.inputs.trust_index:  # planned without a request: check the store answers before writing
         from pipeline.storage import check_access
 
@@ -332,9 +298,9 @@ def run(
     if config.execution.device == "gpu" and own_workers:
         check_request("gpu", {"local": asdict(detect_gpu())})  # refuse before anything is written
     config_hash = config.output_hash()
-    with clock.stage("write"):
-        removing = _move_aside(config, overwrite=overwrite, resume=resume)
-        done = _prepare_store(config, plan, overwrite=overwrite, resume=resume)
+    with clock.stage("write"), stopped_cleanly(config, plan, switches, progress):
+        removing = move_aside(config.output.path, config.storage, overwrite=overwrite, resume=resume)
+        done = _prepare_store(config, plan, overwrite=overwrite, resume=resume, switches=switches)
     todo = [plan.partitions[i] for i, key in enumerate(plan.partitions.keys()) if key not in done]
     # Costliest first (stable: equal ones keep plan order), so the run ends on its cheapest partitions
     # and the workers finish together: the longest-processing-time rule. The cube does not depend on it.
@@ -355,7 +321,10 @@ def run(
     }
     if todo:
         crs = tuple(sorted(set(catalog.tiles["crs"])))
-        records, exec_wall, threads, worker_names, info = execute_tasks(config, todo, ctx, progress, crs, client)
+        progress.phase("tasks", len(todo), "tasks")
+        with stopped_cleanly(config, plan, switches, progress):
+            records, exec_wall, threads, worker_names, info = execute_tasks(config, todo, ctx, progress, crs, client)
+        progress.close()
     chunk_bytes, _ = planned_chunk(plan)
     # The `chunk_size` check's fixed cost per chunk: this machine's, measured once (after the tasks, so a
     # first measurement competes with nothing), looked up only where chunks are small enough to judge.
@@ -389,6 +358,7 @@ def run(
         "version": __version__,
         "config": config.source,
         "config_hash": config_hash,
+        "resolved_config": config.model_dump(mode="json"),
         "wall_s": wall,
         "stages": stages,
         "stage_task_s": stage_task_s,
@@ -423,10 +393,12 @@ def run(
             "inferred": dict(plan.inferred),
             "resampling": {b.name: b.resampling for b in plan.bands},
             "chunks_yx": list(plan.grid.chunks_yx),
+            "shards_yx": None if config.output.shards_yx is None else list(config.output.shards_yx),
         },
         "execution": {
             "scheduler": info["scheduler"],
             "scheduler_reason": info["reason"],
+            "dashboard": info.get("dashboard"),
             "workers": len(worker_names),
             "threads": threads,
             "threads_available": threads_available(config, threads),

@@ -12,7 +12,6 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -28,7 +27,13 @@ from pipeline.execute.device import (
     task_work,
 )
 from pipeline.execute.task import TaskContext, peak_rss_mb, run_partition, warm_up
-from pipeline.execute.workers import WORKER_MALLOC, start_worker_server, worker_start_method
+from pipeline.execute.workers import (
+    WORKER_MALLOC,
+    main_script_kept_from_workers,
+    start_worker_server,
+    worker_start_method,
+)
+from pipeline.report.progress import NoProgress
 from pipeline.storage import worker_environment
 
 logger = logging.getLogger(__name__)
@@ -55,16 +60,34 @@ def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
     # distributed imports the packages it would preload on its first forkserver context (pandas among them,
     # ~0.3 s of the driver): a cost only clusters pay, which auto keeps for jobs where it is small.
     settings["distributed.worker.multiprocessing-method"] = worker_start_method()  # server: run()
-    with dask.config.set(settings):
+    with dask.config.set(settings), main_script_kept_from_workers():
         cluster = LocalCluster(
             n_workers=n,
             threads_per_worker=config.execution.threads_per_worker,
             processes=True,
-            dashboard_address=None,
+            dashboard_address=DASHBOARD_ADDRESS if config.execution.dashboard else None,
             silence_logs=_worker_log_level(),
             env=worker_environment(),  # the AWS chain as it is now (the fork server's may be older)
         )
     return Client(cluster), cluster
+
+
+DASHBOARD_ADDRESS = "127.0.0.1:0"
+"""Where a local cluster serves Dask's dashboard: a free port, on this machine only (an SSH tunnel reaches it
+from elsewhere)."""
+
+
+def dashboard_link(client: Any) -> str | None:
+    """The dashboard's URL of ``client``'s scheduler (its own cluster's, or the one at an address), or None
+    where the scheduler serves none (or bokeh is not installed)."""
+    try:
+        info = client.scheduler_info(n_workers=0)
+        if "dashboard" not in (info.get("services") or {}):
+            return None
+        return str(client.dashboard_link)
+    except Exception as e:  # noqa: BLE001 - a link not found costs the link, not the run
+        logger.debug("no dashboard link: %s", e)
+        return None
 
 
 def _decide_devices(client: Any, config: Config, todo: list[Any], ctx: TaskContext) -> list[tuple[str, str]]:
@@ -92,16 +115,6 @@ def _decide_devices(client: Any, config: Config, todo: list[Any], ctx: TaskConte
         decide(requested, bool(with_gpu), reason_none, task_work(p, ctx.resampling, itemsize), profile, parity)
         for p in todo
     ]
-
-
-def _progress_bar(total: int, shown: bool) -> Any:
-    """tqdm's bar on a terminal; without one, a bar that does nothing (tqdm's import is ~20 ms of the
-    driver's start-up, on the way to the first task)."""
-    if shown:
-        from tqdm import tqdm
-
-        return tqdm(total=total, unit="task", leave=False)
-    return contextlib.nullcontext(SimpleNamespace(update=lambda n=1: None))
 
 
 AUTO_THREADS_MAX_MB = 100.0
@@ -160,7 +173,7 @@ def _run_on_thread(p: Any, ctx: TaskContext, device: str, reason: str) -> dict[s
 
 
 def _execute_threads(
-    config: Config, todo: list[Any], ctx: TaskContext, progress: bool, crs: tuple[str, ...]
+    config: Config, todo: list[Any], ctx: TaskContext, progress: NoProgress, crs: tuple[str, ...]
 ) -> tuple[list[dict[str, Any]], float, int, list[str], dict[str, float]]:
     """The partitions on a thread pool in this process: no cluster, no pickling. The kernels, GDAL's
     decoding and the codecs release the GIL. Failed tasks are retried ``execution.retries`` times,
@@ -175,7 +188,7 @@ def _execute_threads(
     names = [f"thread-{i}" for i in range(n)]
     t_exec = time.perf_counter()
     pool = ThreadPoolExecutor(n, initializer=_name_thread, initargs=(itertools.count(),))
-    with pool, _progress_bar(len(todo), progress) as bar:
+    with pool:
         attempts: dict[Future[dict[str, Any]], tuple[int, int]] = {}
         for i, (p, (device, reason)) in enumerate(zip(todo, decisions, strict=True)):
             attempts[pool.submit(_run_on_thread, p, ctx, device, reason)] = (i, 0)
@@ -188,7 +201,7 @@ def _execute_threads(
                     error = fut.exception()
                     if error is None:
                         records.append(fut.result())
-                        bar.update()
+                        progress.task_done(records[-1])
                     elif tries < config.execution.retries:
                         logger.info("partition %s failed (%s); retry %d", todo[i].key, error, tries + 1)
                         device, reason = decisions[i]
@@ -207,7 +220,7 @@ def _execute_threads(
 
 
 def _execute_processes(
-    config: Config, todo: list[Any], ctx: TaskContext, progress: bool, crs: tuple[str, ...]
+    config: Config, todo: list[Any], ctx: TaskContext, progress: NoProgress, crs: tuple[str, ...]
 ) -> tuple[list[dict[str, Any]], float, int, list[str], dict[str, float]]:
     """The partitions on a pool of worker processes forked from the fork server
     (:mod:`pipeline.execute.processes`): no cluster, no GIL shared between tasks. Failed tasks, and tasks
@@ -224,10 +237,9 @@ def _execute_processes(
     try:
         names = [w.name for w in pool.workers]
         t_exec = time.perf_counter()
-        with _progress_bar(len(todo), progress) as bar:
-            for rec in pool.run(todo, decisions, config.execution.retries):
-                records.append(rec)
-                bar.update()
+        for rec in pool.run(todo, decisions, config.execution.retries):
+            records.append(rec)
+            progress.task_done(rec)
         exec_wall = time.perf_counter() - t_exec
     finally:
         peaks = pool.close()
@@ -251,13 +263,14 @@ def _machine_mb() -> float:
 
 
 def execute_tasks(
-    config: Config, todo: list[Any], ctx: TaskContext, progress: bool, crs: tuple[str, ...], given: Any = None
+    config: Config, todo: list[Any], ctx: TaskContext, progress: NoProgress, crs: tuple[str, ...], given: Any = None
 ) -> tuple[list[dict[str, Any]], float, int, list[str], dict[str, Any]]:
     """Submit every partition, then collect results as they finish: (records, wall, threads, workers,
     info), ``info`` holding the scheduler used, why, and each worker's peak memory (MB).
 
     ``crs``: the tiles' CRSs, set up on every worker before the first task. ``given``: the caller's
-    ``distributed.Client``, used as it is and left open."""
+    ``distributed.Client``, used as it is and left open. ``progress`` is told each task's record as it
+    arrives (:meth:`~pipeline.report.progress.NoProgress.task_done`), and the dashboard's link."""
     scheduler, why = choose_scheduler(config, todo, given)
     logger.info("scheduler: %s (%s)", scheduler, why)
     info: dict[str, Any] = {"scheduler": scheduler, "reason": why}
@@ -271,7 +284,11 @@ def execute_tasks(
 
     records: list[dict[str, Any]] = []
     client, cluster = (given, None) if given is not None else _start_client(config, len(todo))
+    stopped = False
     try:
+        if config.execution.dashboard and (link := dashboard_link(client)):
+            info["dashboard"] = link
+            progress.note(f"dashboard: {link}")
         info_workers = client.scheduler_info(n_workers=-1)["workers"]
         worker_names = [str(w.get("name", a)) for a, w in info_workers.items()]
         threads = sum(int(w.get("nthreads", 1)) for w in info_workers.values()) or 1
@@ -294,14 +311,14 @@ def execute_tasks(
             )
             for p, (device, reason) in zip(todo, decisions, strict=True)
         ]
-        with _progress_bar(len(futures), progress) as bar:
-            try:
-                for _, rec in as_completed(futures, with_results=True):
-                    records.append(rec)
-                    bar.update()
-            except BaseException:
-                client.cancel(futures)
-                raise
+        try:
+            for _, rec in as_completed(futures, with_results=True):
+                records.append(rec)
+                progress.task_done(rec)
+        except BaseException:
+            stopped = True
+            client.cancel(futures)
+            raise
         exec_wall = time.perf_counter() - t_exec
         try:
             peaks = client.run(peak_rss_mb)
@@ -315,8 +332,29 @@ def execute_tasks(
             logger.info("worker memory not collected: %s", e)
             info["worker_peak_mb"] = {}
     finally:
-        if given is None:
-            client.close()
-        if cluster is not None:
-            cluster.close()
+        with _teardown_quiet() if stopped else contextlib.nullcontext():
+            if given is None:
+                client.close()
+            if cluster is not None:
+                cluster.close()
     return records, exec_wall, threads, worker_names, info
+
+
+@contextlib.contextmanager
+def _teardown_quiet() -> Iterator[None]:
+    """While a stopped run (Ctrl-C, a failed task) closes its client and cluster, distributed's own log
+    lines about the results that closing drops (``lost already computed task(s)``, a closed comm) are
+    expected and say nothing to act on: its loggers are held above CRITICAL until the cluster is closed."""
+    names = ["distributed"] + [
+        n
+        for n, lg in list(logging.root.manager.loggerDict.items())
+        if n.startswith("distributed.") and isinstance(lg, logging.Logger) and lg.level != logging.NOTSET
+    ]
+    levels = {n: logging.getLogger(n).level for n in names}
+    for n in names:
+        logging.getLogger(n).setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for n, level in levels.items():
+            logging.getLogger(n).setLevel(level)

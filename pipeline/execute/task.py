@@ -131,6 +131,16 @@ def peak_rss_mb() -> float:
     return peak / 1e6 if sys.platform == "darwin" else peak * 1024 / 1e6
 
 
+def rss_mb() -> float:
+    """This process's resident memory now, in MB (``/proc/self/statm``; the peak where there is no /proc):
+    each task records it as it ends, the report's memory over time per worker."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+    except (OSError, ValueError, IndexError):
+        return peak_rss_mb()
+
+
 def _picks_one(ctx: TaskContext) -> bool:
     """first/last fusion on the kernels, where a block of the chunk resamples exactly as the whole
     (positions along grid rows): only then may a tile be resampled just where the chunk is empty."""
@@ -273,4 +283,5 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
         "skipped": skipped,
         "degraded_chunks": degraded,
         "network": netstats.take(),
+        "rss_mb": rss_mb(),
     }

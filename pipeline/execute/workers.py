@@ -16,14 +16,25 @@ such threads, and it never touches CUDA, so GPU workers can be forked from it to
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import sys
 import types
+from collections.abc import Iterator
 from typing import Any
 
-WORKER_PRELOAD = ("numpy", "numcodecs", "rasterio", "rasterio.warp", "distributed", "pipeline.execute.task")
-"""Modules the fork server imports once for every worker. Not zarr-python: workers write chunks themselves
+WORKER_PRELOAD = (
+    "numpy",
+    "numcodecs",
+    "rasterio",
+    "rasterio.warp",
+    "distributed",
+    "pipeline.execute.task",
+    "pipeline.execute.worker_signals",
+)
+"""Modules the fork server imports once for every worker (the last one makes its workers leave Ctrl-C to
+the driver). Not zarr-python: workers write chunks themselves
 (:class:`pipeline.store.write.StoreWriter`) and import it only for a codec chain they cannot run directly."""
 
 WORKER_MALLOC = {"MALLOC_TRIM_THRESHOLD_": 64 << 20, "MALLOC_MMAP_THRESHOLD_": 16 << 20}
@@ -124,3 +135,26 @@ def import_rasterio() -> None:
     finally:
         if stand_in is not None and sys.modules.get("boto3") is stand_in:
             del sys.modules["boto3"]
+
+
+@contextlib.contextmanager
+def main_script_kept_from_workers() -> Iterator[None]:
+    """While the run's own worker processes start, keep them from re-running the caller's script.
+
+    Python's ``spawn`` and ``forkserver`` start methods run the main script again in every child (as
+    ``__mp_main__``), which is why scripts that start processes need ``if __name__ == "__main__":``.
+    The run's workers need nothing from that script (their tasks are this package's functions), so
+    where the main module is a script run by path, its path is withheld from multiprocessing's
+    preparation data for these starts (``__main__.__file__`` is put back on leaving): a plain script
+    that calls :func:`pipeline.run` works without the guard. ``python -m module`` mains are left alone:
+    multiprocessing imports them by name and only a guard keeps them from running again."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or path is None or getattr(main, "__spec__", None) is not None:
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path

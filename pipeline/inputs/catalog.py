@@ -22,20 +22,22 @@ from pipeline.errors import ConfigError, TileReadError
 from pipeline.inputs.files import find_inputs  # noqa: F401 - the files source's listing, importable from here
 from pipeline.inputs.headers import read_header  # noqa: F401 - importable from here
 from pipeline.inputs.tiles import TABLE_COLUMNS, Catalog, TileTable, _column
+from pipeline.report.progress import NoProgress
 
 logger = logging.getLogger(__name__)
 
 
-def build_catalog(config: Config, max_threads: int = 8) -> Catalog:
-    """Find the configured inputs and build the tile table (see the module docstring)."""
+def build_catalog(config: Config, max_threads: int = 8, progress: NoProgress | None = None) -> Catalog:
+    """Find the configured inputs and build the tile table (see the module docstring). ``progress`` is told
+    the files listed, the STAC assets parsed and the headers read (:mod:`pipeline.report.progress`)."""
     if config.inputs.stac or config.inputs.stac_search:
         from pipeline.inputs.stac import stac_catalog
 
-        found = stac_catalog(config, max_threads)
+        found = stac_catalog(config, max_threads, progress)
     else:
         from pipeline.inputs.files import files_catalog
 
-        found = files_catalog(config, max_threads)
+        found = files_catalog(config, max_threads, progress)
     skipped = list(found.skipped)
     tiles = finish_table(found.tiles, config, skipped)
     if config.execution.on_error == "fail" and skipped:

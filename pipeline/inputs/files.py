@@ -44,6 +44,7 @@ from pipeline.inputs.headers import read_header
 from pipeline.inputs.index import _load_index, write_index
 from pipeline.inputs.read import input_errors
 from pipeline.inputs.tiles import INDEX_COLUMNS, Catalog, TileTable, _column, factorize
+from pipeline.report.progress import NoProgress
 
 logger = logging.getLogger(__name__)
 
@@ -53,25 +54,34 @@ def find_inputs(config: Config) -> list[str]:
     return _list_inputs(config)[0]
 
 
-def _list_inputs(config: Config) -> tuple[list[str], dict[str, tuple[int, int, str]]]:
+def _list_inputs(
+    config: Config, progress: NoProgress | None = None
+) -> tuple[list[str], dict[str, tuple[int, int, str]]]:
     """(matching paths in sorted order, {url: (size, mtime_ns, etag)} of listed objects). Every entry of
     ``inputs.paths`` must match something: one that matches nothing is a config error naming it."""
     from pipeline.storage import list_objects, scheme
 
+    progress = progress or NoProgress()
+    progress.phase("listing", unit="files listed")
     found: set[str] = set()
     objects: dict[str, tuple[int, int, str]] = {}
     empty: list[str] = []
     for pattern in config.inputs.paths:
         kind = scheme(pattern)
         if kind == "s3":
-            listed = list_objects(pattern, config.storage)
+            listed = list_objects(pattern, config.storage, on_page=progress.add)
             for url, size, mtime, etag in listed:
                 objects[url] = (size, mtime, etag)
             hits = {url for url, *_ in listed}
         elif kind in ("http", "https"):
             hits = {pattern}
+            progress.add()
         else:
-            hits = {os.path.abspath(p) for p in glob.glob(pattern, recursive=True) if not os.path.isdir(p)}
+            hits = set()
+            for p in glob.iglob(pattern, recursive=True):
+                if not os.path.isdir(p):
+                    hits.add(os.path.abspath(p))
+                    progress.add()
         if not hits:
             empty.append(pattern)
         found |= hits
@@ -111,7 +121,7 @@ def _stat(path: str) -> tuple[int, int, str]:
     return st.st_size, st.st_mtime_ns, ""
 
 
-def files_catalog(config: Config, max_threads: int = 8) -> Catalog:
+def files_catalog(config: Config, max_threads: int = 8, progress: NoProgress | None = None) -> Catalog:
     """Find the files, read headers (only new/changed ones when an index exists): the source's rows,
     for :func:`pipeline.inputs.catalog.build_catalog` to finish.
 
@@ -122,7 +132,8 @@ def files_catalog(config: Config, max_threads: int = 8) -> Catalog:
         if index is None:
             raise ConfigError("inputs.index", f"{config.inputs.index} is missing or unreadable; run `pipeline index`")
         return _catalog_from(index, config, [], headers_read=0)
-    matched, stats = _list_inputs(config)
+    progress = progress or NoProgress()
+    matched, stats = _list_inputs(config, progress)
     skipped: list[dict[str, str]] = []
     known = (
         {}
@@ -164,8 +175,10 @@ def files_catalog(config: Config, max_threads: int = 8) -> Catalog:
 
         cloud_env(config.storage)  # the AWS session and GDAL's network counters: once, before the threads
     if to_read:
+        progress.phase("headers", len(to_read), "headers read")
         with ThreadPoolExecutor(min(max_threads, len(to_read))) as pool:
             for path, header, error in pool.map(read_one, to_read):
+                progress.add()
                 if header is None:
                     skipped.append({"path": path, "error": str(error)})
                 else:

@@ -69,6 +69,7 @@ from pipeline.inputs.stac_fields import (  # noqa: F401 - the rules, importable 
     split_asset_key,
 )
 from pipeline.inputs.tiles import TABLE_COLUMNS, Catalog, TileTable, factorize
+from pipeline.report.progress import NoProgress
 
 logger = logging.getLogger(__name__)
 
@@ -257,7 +258,9 @@ def _search_terms(search: Any) -> str:
     return ", ".join(f"{k}={v}" for k, v in dict(search).items() if k != "url" and v is not None) or "no terms"
 
 
-def _read_headers(hrefs: list[str], config: Config, max_threads: int) -> list[tuple[dict[str, Any] | None, str | None]]:
+def _read_headers(
+    hrefs: list[str], config: Config, max_threads: int, progress: NoProgress
+) -> list[tuple[dict[str, Any] | None, str | None]]:
     def one(href: str) -> tuple[dict[str, Any] | None, str | None]:
         try:
             return read_header(href, config), None
@@ -272,8 +275,13 @@ def _read_headers(hrefs: list[str], config: Config, max_threads: int) -> list[tu
         from pipeline.inputs.read import cloud_env
 
         cloud_env(config.storage)  # the AWS session and GDAL's network counters: once, before the threads
+    progress.phase("headers", len(hrefs), "headers read")
+    out = []
     with ThreadPoolExecutor(min(max_threads, len(hrefs))) as pool:
-        return list(pool.map(one, hrefs))
+        for result in pool.map(one, hrefs):
+            out.append(result)
+            progress.add()
+    return out
 
 
 def compute_band_attrs(rows: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
@@ -314,7 +322,12 @@ def _group_samples(rows: dict[str, np.ndarray], planned: np.ndarray) -> tuple[np
 
 
 def _open_headers(
-    rows: dict[str, np.ndarray], planned: np.ndarray, config: Config, max_threads: int, skipped: list[dict[str, str]]
+    rows: dict[str, np.ndarray],
+    planned: np.ndarray,
+    config: Config,
+    max_threads: int,
+    skipped: list[dict[str, str]],
+    progress: NoProgress,
 ) -> tuple[dict[int, dict[str, Any]], np.ndarray, np.ndarray, int]:
     """Read the headers a STAC run needs: every asset not planned from metadata, and one sample per group
     of planned assets. A group whose sample fails tries its next asset, up to :data:`SAMPLE_TRIES` in
@@ -330,7 +343,7 @@ def _open_headers(
     to_open = np.concatenate([np.flatnonzero(~planned), samples]).astype(np.int64)
     read = 0
     for attempt in range(SAMPLE_TRIES + 1):
-        headers = _read_headers([rows["href"][k] for k in to_open], config, max_threads)
+        headers = _read_headers([rows["href"][k] for k in to_open], config, max_threads, progress)
         read += len(to_open)
         failed = set()
         for k, (header, error) in zip(to_open.tolist(), headers, strict=True):
@@ -384,11 +397,15 @@ def _grid_longitude(config: Config, item_lon: np.ndarray) -> float:
     return float((known.min() + known.max()) / 2) if len(known) else 0.0
 
 
-def stac_catalog(config: Config, max_threads: int = 8) -> Catalog:
+def stac_catalog(config: Config, max_threads: int = 8, progress: NoProgress | None = None) -> Catalog:
     """The configured STAC items' rows (see the module docstring), for
-    :func:`pipeline.inputs.catalog.build_catalog` to finish."""
+    :func:`pipeline.inputs.catalog.build_catalog` to finish; ``progress`` is told the assets parsed and
+    the headers read."""
+    progress = progress or NoProgress()
+    progress.phase("STAC items", unit="assets parsed")
     rows, skipped = load_asset_rows(config)
     n = len(rows["href"])
+    progress.add(n)
     if not n:
         key = "inputs.stac_search" if config.inputs.stac_search else "inputs.stac"
         first = f"; the first: {skipped[0]['path']}: {skipped[0]['error']}" if skipped else ""
@@ -400,7 +417,7 @@ def stac_catalog(config: Config, max_threads: int = 8) -> Catalog:
         & (rows["height"] > 0)
         & np.isfinite(affine).all(axis=1)
     )
-    opened, keep, source, headers_read = _open_headers(rows, planned, config, max_threads, skipped)
+    opened, keep, source, headers_read = _open_headers(rows, planned, config, max_threads, skipped, progress)
     nodata_from = np.where(np.isnan(rows["nodata"]), "", "stac").astype(object)
     for k in np.flatnonzero(~planned):  # opened: the file is the metadata
         header = opened.get(int(k))

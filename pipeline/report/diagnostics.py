@@ -9,6 +9,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
+from pipeline.report.remote_checks import check_object_sizes, network_checks
 from pipeline.report.summary import max_concurrency
 
 
@@ -120,29 +121,6 @@ def compute_stragglers(tasks: list[dict[str, Any]], factor: float = 3.0) -> list
     return sorted(out, key=lambda s: -s["duration_s"])
 
 
-SMALL_OBJECT_BYTES = 1_000_000
-"""Warn when the store's chunk (or shard) objects average below this: each is one request to write and
-one to read, and object stores charge per request and take ~10-100 ms per request to first byte."""
-
-
-def check_object_sizes(output: dict[str, Any]) -> list[dict[str, str]]:
-    """Diagnostic for a store in a bucket: the mean size of the objects the run wrote (advice: shard, or
-    larger chunks). nothing for a local store, where a small file costs no request."""
-    if "://" not in str(output.get("path", "")):
-        return []
-    objects, size = int(output.get("objects") or 0), int(output.get("objects_bytes") or 0)
-    mean = size / objects if objects else 0.0
-    return [
-        _check(
-            "object_size",
-            objects > 1 and mean < SMALL_OBJECT_BYTES,
-            f"{objects} chunk objects, {mean / 1e6:.2f} MB on average",
-            "small objects cost a request each (and, in a bucket, money and latency): set output.shards "
-            "(one object per shard of many chunks) or larger output.chunks",
-        )
-    ]
-
-
 def compute_diagnostics(report: dict[str, Any]) -> list[dict[str, str]]:
     """One entry per check, computed from the report's own numbers only."""
     tasks = report["tasks"]
@@ -155,7 +133,7 @@ def compute_diagnostics(report: dict[str, Any]) -> list[dict[str, str]]:
     used = [w for w, v in workers.items() if v["tasks"] > 0]
     local = ex.get("scheduler") in ("local", "threads", "local-cluster")
     local_cores = int(ex.get("cores", 1)) if local else 1
-    out = check_object_sizes(report.get("output", {}))
+    out = check_object_sizes(report.get("output", {}), report.get("plan", {}))
 
     out.append(
         _check(
@@ -187,23 +165,7 @@ def compute_diagnostics(report: dict[str, Any]) -> list[dict[str, str]]:
         )
     )
 
-    stragglers = compute_stragglers(tasks)
-    tail = max(durations) / med if med > 0 else 1.0
-    # A straggler matters where it can hold up the end: a 20 ms task 4x the median of 5 ms ones does not.
-    exec_wall = float(ex.get("exec_wall_s") or 0.0) or (
-        max(t["end"] for t in tasks) - min(t["start"] for t in tasks) if tasks else 0.0
-    )
-    long_enough = bool(stragglers) and stragglers[0]["duration_s"] >= STRAGGLER_SHARE * exec_wall
-    out.append(
-        _check(
-            "long_tail",
-            long_enough and n >= MIN_TASKS,
-            f"{len(stragglers)} task(s) over 3x the median ({med:.2f} s); longest {tail:.1f}x"
-            + (": partition " + ", ".join(str(t["partition"]) for t in stragglers[:3]) if stragglers else ""),
-            "uneven partitions: a chunk needs far more input than the others (a huge or very fine tile?); "
-            "lower output.chunks or execution.partition_mb so large work splits",
-        )
-    )
+    out.append(_check_long_tail(report, durations, med))
 
     max_arg = int(ex.get("max_task_arg_bytes", 0))
     out.append(
@@ -279,31 +241,8 @@ def compute_diagnostics(report: dict[str, Any]) -> list[dict[str, str]]:
             "or a driver that submits too slowly",
         )
     )
-    out.extend(_network_checks(report.get("network") or {}))
+    out.extend(network_checks(report.get("network") or {}))
     return out
-
-
-READ_AMPLIFICATION_WARN = 2.0
-"""Warn when remote reads fetched over this many times the compressed bytes their windows cover."""
-
-
-def _network_checks(net: dict[str, Any]) -> list[dict[str, str]]:
-    """Remote reads: read amplification (bytes fetched over bytes the windows need) and retries."""
-    if not net.get("requests"):
-        return []
-    needed, fetched = net.get("bytes_needed", 0), net.get("bytes_fetched", 0)
-    ratio = fetched / needed if needed else float("inf")
-    return [
-        _check(
-            "read_amplification",
-            ratio > READ_AMPLIFICATION_WARN,
-            f"fetched {fetched / 1e6:.1f} MB for {needed / 1e6:.1f} MB of tile blocks the windows cover "
-            f"({ratio:.1f}x) in {net['requests']} requests, {net.get('retries', 0)} retried",
-            "reads fetch far more than they use: chunks (output.chunks) that align with the tiles' blocks, "
-            "smaller CPL_VSIL_CURL_CHUNK_SIZE or GDAL_INGESTED_BYTES_AT_OPEN in inputs.gdal_env, or "
-            "cloud-optimised tiles (internal tiling, overviews) cut it",
-        )
-    ]
 
 
 def _round_up(x: float) -> str:
@@ -388,6 +327,50 @@ def _check_chunk_size(report: dict[str, Any]) -> dict[str, str]:
         f"each; fixed cost {fixed * 1e3:.2f} ms a chunk ({source}): {share:.0%} of chunk time",
         f"chunks of {chunk_bytes / 1024:.0f} KiB are dominated by fixed costs per chunk (a file, a window read, "
         "a kernel call each): " + chunk_size_advice(chunks_yx, chunk_bytes, (fixed, per_mb, mb), shape_yx),
+    )
+
+
+MIN_STRAGGLER_S = 0.5
+"""``long_tail`` judges stragglers that took at least this long: a 0.1 s task at 10x the median of a
+0.3 s parallel phase holds up nothing a person would notice (the small fixture with one 64x finer tile
+given overviews read at average: 0.11 s, 11x the median)."""
+
+
+def _check_long_tail(report: dict[str, Any], durations: list[float], med: float) -> dict[str, str]:
+    """Stragglers that hold up the end, and why: tasks whose tiles are far finer than the grid (many more
+    bytes read per byte written than the median task) or partitions too large to spread."""
+    tasks, ex = report["tasks"], report["execution"]
+    stragglers = compute_stragglers(tasks)
+    tail = max(durations) / med if med > 0 else 1.0
+    # A straggler matters where it can hold up the end: a 20 ms task 4x the median of 5 ms ones does not.
+    exec_wall = float(ex.get("exec_wall_s") or 0.0) or (
+        max(t["end"] for t in tasks) - min(t["start"] for t in tasks) if tasks else 0.0
+    )
+    worst = stragglers[0]["duration_s"] if stragglers else 0.0
+    judged = len(tasks) >= MIN_TASKS and worst >= MIN_STRAGGLER_S
+    by_id = {t["id"]: t for t in tasks}
+
+    def reads(t: dict[str, Any]) -> float:
+        return float(t.get("bytes_read", 0)) / max(float(t.get("bytes_written", 0)), 1.0)
+
+    typical = statistics.median([reads(t) for t in tasks]) if tasks else 0.0
+    slow = [reads(by_id[s["id"]]) for s in stragglers[:3] if s["id"] in by_id]
+    fine = bool(slow) and typical > 0 and max(slow) > READ_AMPLIFICATION * typical
+    advice = (
+        f"the slowest tasks read {max(slow) / typical:.0f}x more bytes per byte written than the median task: "
+        "their tiles are far finer than the grid and read at full resolution; give them overviews "
+        "(gdaladdo -r average, or write COGs) and use a resampling that reads them (average, bilinear, cubic)"
+        if fine
+        else "uneven partitions: a chunk needs far more input than the others; lower output.chunks or "
+        "execution.partition_mb so large work splits"
+    )
+    return _check(
+        "long_tail",
+        judged and worst >= STRAGGLER_SHARE * exec_wall,
+        f"{len(stragglers)} task(s) over 3x the median ({med:.2f} s); longest {tail:.1f}x"
+        + (": partition " + ", ".join(str(t["partition"]) for t in stragglers[:3]) if stragglers else "")
+        + ("" if judged or not stragglers else f"; {worst:.2f} s: too short to judge (needs {MIN_STRAGGLER_S} s)"),
+        advice,
     )
 
 

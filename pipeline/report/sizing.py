@@ -14,6 +14,14 @@ from typing import Any
 
 TASK_STAGES = ("read", "resample", "write")
 
+FULL_FILES = 192_000
+"""The published case study: 192,000 satellite files ..."""
+FULL_BYTES = 7e12
+"""... 7 TB of them ..."""
+TARGET_S = 180.0
+"""... resampled and written in three minutes."""
+CASE_STUDY_QUESTION = "What would 7 TB (192,000 files) in 3 minutes take, at this run's measured costs?"
+
 
 def measure_costs(report: dict[str, Any]) -> dict[str, float]:
     """Seconds per byte (task stages) and per file (driver stages) from a run report."""
@@ -102,8 +110,11 @@ def project_wall(report: dict[str, Any], plan_summary: dict[str, Any], workers: 
     return {"workers": workers, "task_s": task_s, "serial_s": serial, "overhead_s": overhead, "wall_s": wall}
 
 
-def project_bytes(report: dict[str, Any], files: int, input_bytes: float, target_s: float) -> dict[str, Any]:
-    """Scale by input file bytes: for an archive whose files are larger than the measured ones."""
+def project_bytes(
+    report: dict[str, Any], files: int, input_bytes: float, target_s: float, driver_s: float | None = None
+) -> dict[str, Any]:
+    """Scale by input file bytes: for an archive whose files are larger than the measured ones.
+    ``driver_s``: the index+plan time measured on a plan of ``files`` files (else extrapolated per file)."""
     scale = input_bytes / max(report["inputs"]["bytes"], 1)
     return estimate_workers(
         measure_costs(report),
@@ -111,7 +122,13 @@ def project_bytes(report: dict[str, Any], files: int, input_bytes: float, target
         bytes_written=sum(t["bytes_written"] for t in report["tasks"]) * scale,
         files=files,
         target_s=target_s,
+        driver_s=driver_s,
     )
+
+
+def project_case_study(report: dict[str, Any], driver_s: float | None = None) -> dict[str, Any]:
+    """The answer to :data:`CASE_STUDY_QUESTION`: this run's per-byte costs applied to 7 TB of input."""
+    return project_bytes(report, FULL_FILES, FULL_BYTES, TARGET_S, driver_s)
 
 
 def format_estimate(e: dict[str, Any], title: str) -> str:

@@ -179,6 +179,19 @@ def write_report(report: dict[str, Any], path: str) -> None:
 
 
 def read_report(path: str) -> dict[str, Any]:
-    """A report written by :func:`write_report`."""
-    with open(path) as f:
-        return json.load(f)
+    """A report written by :func:`write_report`; a ConfigError naming ``path`` for anything else."""
+    from pipeline.errors import ConfigError
+
+    try:
+        with open(path) as f:
+            report = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError("REPORT_JSON", f"cannot read a run report from {path}: {e}") from None
+    missing = [
+        k for k in ("wall_s", "stages", "tasks", "diagnostics") if not isinstance(report, dict) or k not in report
+    ]
+    if missing:
+        raise ConfigError(
+            "REPORT_JSON", f"{path} is not a run report (it lacks {', '.join(missing)}): give the JSON a run wrote"
+        )
+    return report  # type: ignore[no-any-return]

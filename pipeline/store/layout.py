@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pipeline import __version__
-from pipeline.errors import ConfigError, StoreError
+from pipeline.errors import PYTHON_SWITCHES, ConfigError, StoreError, StoreFullError, Switches
 from pipeline.planning.plan import Plan
 from pipeline.storage import (
     cached_store,
@@ -28,9 +28,11 @@ from pipeline.storage import (
     redact,
     scheme,
     split_url,
+    store_error,
     write_bytes,
 )
 from pipeline.store import zarr2
+from pipeline.store.space import first_part, write_error
 
 if TYPE_CHECKING:  # the model imports pydantic; workers need only its attributes
     from pipeline.config.model import StorageConfig
@@ -267,26 +269,30 @@ def inspect_output(path: str, storage: StorageConfig | None = None) -> str | Non
     return ""
 
 
-def check_output_path(path: str, storage: StorageConfig | None, *, overwrite: bool) -> None:
+def check_output_path(
+    path: str, storage: StorageConfig | None, *, overwrite: bool, switches: Switches = PYTHON_SWITCHES
+) -> None:
     """Make ``path`` ready for a new store: nothing there, or (with ``overwrite``) a store this pipeline
-    wrote, which is removed; anything else is a ConfigError naming ``output.path`` and stays untouched."""
+    wrote, which is removed; anything else is a ConfigError naming ``output.path`` and stays untouched.
+    ``switches``: how messages name overwrite and resume (the CLI's flags or the API's arguments)."""
     try:
         found = inspect_output(path, storage)
     except Exception as e:  # unknown bucket, wrong endpoint, refused credentials: say where, never what secret
         if isinstance(e, ConfigError):
             raise
-        raise ConfigError("output.path", f"cannot reach {path}: {redact(str(e)).splitlines()[0]}") from None
+        raise store_error(e, path, storage or default_storage(), key="output.path") from None
     if found is None:
         return
     if found:
         raise ConfigError(
             "output.path",
-            f"{path} {found}; --overwrite replaces only a store this pipeline wrote: "
+            f"{path} {found}; {switches.overwrite} replaces only a store this pipeline wrote: "
             "choose another output.path, or move it away yourself",
         )
     if not overwrite:
         raise ConfigError(
-            "output.path", f"{path} already exists; pass --overwrite to replace it (or --resume to finish it)"
+            "output.path",
+            f"{path} already exists; pass {switches.overwrite} to replace it (or {switches.resume} to finish it)",
         )
     logger.info("removing existing store %s (--overwrite)", path)
     if scheme(path) == "file":
@@ -328,6 +334,7 @@ def create_store(
     storage: StorageConfig | None = None,
     shards_yx: tuple[int, int] | None = None,
     zarr_format: int = 3,
+    switches: Switches = PYTHON_SWITCHES,
 ) -> None:
     """Write the store template, after :func:`check_output_path`.
 
@@ -339,7 +346,7 @@ def create_store(
     """
     if zarr_format == 2 and shards_yx is not None:
         raise ConfigError("output.shards", "Zarr v2 has no shards: set output.shards: null, or output.zarr_format: 3")
-    check_output_path(path, storage, overwrite=overwrite)
+    check_output_path(path, storage, overwrite=overwrite, switches=switches)
     grid = plan.grid
     ch, cw = grid.chunks_yx
     shape = (len(plan.times), *grid.shape_yx)
@@ -403,7 +410,10 @@ def create_store(
             if a.values is not None:
                 write_bytes(store, key, a.values.tobytes())
     except Exception as e:  # OSError locally, obstore's errors remotely
-        raise StoreError(f"cannot create the output store {path}: {redact(str(e))}") from None
+        error = write_error("the store's template", path, e)
+        if not isinstance(error, StoreFullError):
+            error = StoreError(f"cannot create the output store {path}: {redact(first_part(str(e)))}")
+        raise error from None
 
 
 def journal_done(path: str, storage: StorageConfig | None = None) -> set[str]:
@@ -413,7 +423,9 @@ def journal_done(path: str, storage: StorageConfig | None = None) -> set[str]:
     return {k.rsplit("/", 1)[-1] for k, _ in list_keys(output_store(path, storage), JOURNAL_DIR)}
 
 
-def store_config(path: str, storage: StorageConfig | None = None) -> dict[str, Any]:
+def store_config(
+    path: str, storage: StorageConfig | None = None, switches: Switches = PYTHON_SWITCHES
+) -> dict[str, Any]:
     """The attributes a previous run left: config hash and settings, completion."""
     try:
         root = _root_json(path, storage)
@@ -421,7 +433,7 @@ def store_config(path: str, storage: StorageConfig | None = None) -> dict[str, A
             raise FileNotFoundError("no zarr.json")
         return dict(root["attributes"])
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise StoreError(f"{path} is not a store this tool can resume ({e}); use --overwrite") from e
+        raise StoreError(f"{path} is not a store this tool can resume ({e}); use {switches.overwrite}") from e
 
 
 @dataclass(frozen=True)

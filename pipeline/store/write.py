@@ -32,12 +32,12 @@ import numpy as np
 from pipeline.errors import StoreError
 from pipeline.storage import (
     delete_keys,
-    redact,
     scheme,
     write_bytes,
 )
 from pipeline.store import zarr2
 from pipeline.store.layout import ARRAY_DOCS, JOURNAL_DIR, get_json, output_store, sharding_json
+from pipeline.store.space import write_error
 
 if TYPE_CHECKING:  # the model imports pydantic; workers need only its attributes
     from pipeline.config.model import StorageConfig
@@ -119,7 +119,9 @@ def open_array(path: str, band: str, storage: StorageConfig | None = None, stamp
                     raise FileNotFoundError(f"{band}/zarr.json")
                 hit = _arrays[key] = (current, _band_array(meta))
             except (OSError, ValueError, KeyError, TypeError) as e:
-                raise StoreError(f"{path}/{band} is not an array of this store ({e}); rerun with --overwrite") from e
+                raise StoreError(
+                    f"{path}/{band} is not an array of this store ({e}); rerun with --overwrite (overwrite=True)"
+                ) from e
     return hit[1]
 
 
@@ -318,9 +320,7 @@ class StoreWriter:
                 block, empty = _block(arr, data)
                 self._send(arr.key(band, (t, cy, cx)), None if empty else arr.encode(block))
         except Exception as e:  # read-only or full destination, an unreachable bucket
-            raise StoreError(
-                f"cannot write chunk ({band}, t={t}, rows {r0}, cols {c0}) to {self.path}: {redact(str(e))}"
-            ) from None
+            raise write_error(f"chunk ({band}, t={t}, rows {r0}, cols {c0})", self.path, e) from None
         return int(data.nbytes)
 
     def flush(self) -> None:
@@ -343,15 +343,13 @@ class StoreWriter:
                     continue
                 self._send(arr.key(band, (t, sy, sx)), encode_shard(held, (1, ny, nx)))
             except Exception as e:
-                raise StoreError(
-                    f"cannot write shard ({band}, t={t}, shard {sy}/{sx}) to {self.path}: {redact(str(e))}"
-                ) from None
+                raise write_error(f"shard ({band}, t={t}, shard {sy}/{sx})", self.path, e) from None
         sent, self._sent = self._sent, []
         for key, future in sent:
             try:
                 future.result()
             except Exception as e:
-                raise StoreError(f"cannot write {key} to {self.path}: {redact(str(e))}") from None
+                raise write_error(key, self.path, e) from None
 
     def _send(self, key: str, payload: bytes | None) -> None:
         """Put (or, None, delete) one object: at once locally; in a bucket, on the process's upload
@@ -393,4 +391,4 @@ def journal_record(path: str, key: str, storage: StorageConfig | None = None) ->
     try:
         write_bytes(output_store(path, storage), f"{JOURNAL_DIR}/{key}", b"")
     except Exception as e:
-        raise StoreError(f"cannot record finished partition {key} in {path}/{JOURNAL_DIR}: {redact(str(e))}") from None
+        raise write_error(f"the journal entry of finished partition {key}", path, e) from None
