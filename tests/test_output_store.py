@@ -272,7 +272,7 @@ def test_overwrite_replaces_a_store_of_the_pipeline_and_exit_2_otherwise(tmp_pat
     assert not (target / "B01" / "c").exists() and (target / "B01" / ".zarray").exists()
     assert not layout.store_is_complete(str(target)) and layout.store_config(str(target))["pipeline_config_hash"]
     (target / "B01" / "0.0.0").write_bytes(b"stale chunk")
-    with pytest.raises(ConfigError, match="--overwrite"):
+    with pytest.raises(ConfigError, match="overwrite=True"):
         _create(plan, str(target), overwrite=False)
     _create(plan, str(target), overwrite=True)  # and back
     assert not (target / "B01" / "0.0.0").exists() and not (target / ".zattrs").exists()
