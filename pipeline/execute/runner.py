@@ -337,9 +337,8 @@ def _run(
         missing = len(set(plan.partitions.keys()) - finished)
         if missing:  # never marked complete unless it holds every partition the plan promised
             raise StoreError(
-                config.output.path,
-                f"{missing} of {len(plan.partitions)} planned partitions were not written; the store is left "
-                "incomplete: rerun with --resume",
+                f"{config.output.path}: {missing} of {len(plan.partitions)} planned partitions were not written; "
+                f"the store is left incomplete: run again with {switches.resume}"
             )
         usage = finalize_store(config.output.path, config.storage)
     records.sort(key=lambda r: r["index"])
