@@ -158,7 +158,8 @@ def compute_diagnostics(report: dict[str, Any]) -> list[dict[str, str]]:
             + ("" if n >= MIN_TASKS else f"; {n} tasks: too few to judge (needs {MIN_TASKS})"),
             "tasks are too small for their scheduling cost: raise execution.partition_mb"
             + (
-                f" (set execution.partition_mb={_round_up(part_mb * share / TASK_OVERHEAD_SHARE * 2)} or more)"
+                # x4: a task's time grows slower than its bytes where each chunk has a fixed cost too
+                f" (set execution.partition_mb={_round_up(part_mb * share / TASK_OVERHEAD_SHARE * 4)} or more)"
                 if part_mb
                 else ""
             ),
