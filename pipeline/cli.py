@@ -262,6 +262,19 @@ def plan(
         f"bytes       read {summary['bytes_to_read'] / 1e6:.1f} MB, write {summary['bytes_out'] / 1e6:.1f} MB "
         f"raw; overview levels {summary['levels_used']}"
     )
+    if "mask" in summary:
+        m = summary["mask"]
+        lost = (
+            f"; {m['unmasked']} tiles have no {m['band']} tile to judge them and are skipped" if m["unmasked"] else ""
+        )
+        click.echo(f"mask        {m['band']} judges each tile's pixels before resampling{lost}")
+    if "composite" in summary:
+        c = summary["composite"]
+        click.echo(
+            f"composite   {c['reducer']} over {c['period']}: {c['dates']} dates into {c['steps']} steps; a task "
+            f"holds one chunk's stack of dates at a time, {c['stack_mb']:.0f} MB "
+            f"(composite.stack_mb {c['stack_budget_mb']:.0f})" + (f"; {c['split']}" if c["split"] else "")
+        )
     for line in summary["advice"]:
         click.echo(f"advice      {line}")
     if "sizing" in summary:

@@ -187,3 +187,46 @@ def test_without_cupy_the_reason_says_no_gpu_here_plainly() -> None:
     reason = detect_gpu().reason
     assert reason == "no GPU here (CuPy not installed; the 'gpu' extra installs it)"
     assert decide("auto", False, reason, work(2048), H200, PASSED) == ("cpu", reason)  # said once, plainly
+
+
+def composite_work(layers: int, side: int = 1024, reducer: str = "median") -> TaskWork:
+    """A composite task: ``layers`` dates of one side x side uint16 chunk, each warped, then reduced; only
+    the composite comes back."""
+    base = work(side)
+    return TaskWork(
+        method=base.method,
+        src_bytes=base.src_bytes * layers,
+        dst_pixels=base.dst_pixels * layers,
+        dst_bytes=base.dst_bytes,
+        reducer=reducer,
+        stack_px=side * side * layers,
+        stack_bytes=side * side * 2 * layers,
+    )
+
+
+def test_a_composite_prices_its_reduction_on_either_device() -> None:
+    from pipeline.execute.device import CPU_REDUCE_MPX_S
+
+    profile = DeviceProfile(
+        h2d_gb_s=50.0, d2h_gb_s=50.0, gpu_mpx_s={**H200.gpu_mpx_s, "reduce:median": 20000.0}, launch_s=0.002
+    )
+    plain_cpu, plain_gpu = estimate_seconds(work(1024), profile)
+    cpu_s, gpu_s = estimate_seconds(composite_work(1), profile)
+    assert cpu_s == pytest.approx(plain_cpu + 1024 * 1024 / 1e6 / CPU_REDUCE_MPX_S["median"])
+    assert gpu_s == pytest.approx(plain_gpu + 1024 * 1024 / 1e6 / 20000.0)
+    # A deep median goes to the GPU; without a measured reduction rate it stays on the CPU, saying why.
+    device, reason = decide("auto", True, "", composite_work(32), profile, PASSED)
+    assert device == "gpu" and "incl. transfers" in reason
+    device, reason = decide("auto", True, "", composite_work(32), H200, PASSED)
+    assert device == "cpu" and "no GPU rate measured for the median reduction" in reason
+    # A link slow enough makes shipping the source windows lose.
+    slow = DeviceProfile(h2d_gb_s=0.05, d2h_gb_s=0.05, gpu_mpx_s=profile.gpu_mpx_s)
+    assert decide("auto", True, "", composite_work(32), slow, PASSED)[0] == "cpu"
+
+
+def test_gpu_profile_takes_reduction_rates(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, "x/*.tif")
+    ok = load_config(cfg, ["execution.gpu_profile={h2d_gb_s: 20, d2h_gb_s: 20, gpu_mpx_s: {reduce:median: 900}}"])
+    assert ok.execution.gpu_profile["gpu_mpx_s"] == {"reduce:median": 900}
+    with pytest.raises(ConfigError, match="execution.gpu_profile.gpu_mpx_s"):
+        load_config(cfg, ["execution.gpu_profile={h2d_gb_s: 1, d2h_gb_s: 1, gpu_mpx_s: {reduce:mode: 1}}"])

@@ -91,5 +91,5 @@ def test_project_wall_spreads_task_seconds_over_workers_and_keeps_the_fixed_part
     same = project_wall(report, {"bytes_to_read": 100, "bytes_out": 50, "driver_s": 0.2}, workers=2)
     assert same["wall_s"] == pytest.approx(0.2 + 0.2 + 6.0 / 2 + 0.5)
     four = project_wall(report, {"bytes_to_read": 400, "bytes_out": 200, "driver_s": 0.3}, workers=4)
-    assert four["task_s"] == pytest.approx({"read": 8.0, "resample": 12.0, "write": 4.0})
+    assert four["task_s"] == pytest.approx({"read": 8.0, "mask": 0.0, "resample": 12.0, "reduce": 0.0, "write": 4.0})
     assert four["wall_s"] == pytest.approx(0.3 + 0.2 + 24.0 / 4 + 0.5)

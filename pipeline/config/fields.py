@@ -41,6 +41,12 @@ OnError = Literal["skip", "fail"]
 
 GroupBy = Literal["solar_day", "time", "none"]
 
+Period = Literal["P16D", "P1M", "P3M", "P1Y", "all"]
+"""``composite.period``: 16 days from each 1 January (MODIS's 16-day periods), a calendar month, a quarter, a
+calendar year, or the whole time range in one step."""
+
+Reducer = Literal["median", "mean", "min", "max", "first", "last", "count"]
+
 
 STAC_PATTERN = r"(?P<band>.+)"
 """``inputs.pattern`` for STAC inputs, where the band is the asset's name."""
@@ -160,6 +166,37 @@ def as_resampling(value: Any) -> Any:
             return {str(k): v for k, v in value.items()}
         raise ValueError(f"per-band methods must be one of {' | '.join(methods)}; got {bad}")
     raise ValueError(f'must be one of {" | ".join(methods)}, or per band {{"*": average, SCL: mode}}; got {value!r}')
+
+
+def as_classes(value: Any) -> tuple[int | str, ...]:
+    """``mask.exclude`` / ``mask.exclude_bits``: a list of integers (class values, bit positions) or names
+    (STAC ``classification:classes`` / ``bitfields`` names, resolved against the mask band's items)."""
+    if value is None:
+        return ()
+    if isinstance(value, (int, str)) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(
+        (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, str) and v) for v in value
+    ):
+        raise ValueError(f"must be a list of integers or class names, got {value!r}")
+    return tuple(value)
+
+
+def as_bits(value: Any) -> tuple[int | str, ...]:
+    """``mask.exclude_bits``: as :func:`as_classes`, integers being bit positions 0..63."""
+    out = as_classes(value)
+    bad = [v for v in out if isinstance(v, int) and not 0 <= v < 64]
+    if bad:
+        raise ValueError(f"bit positions must be 0..63, got {bad}")
+    return out
+
+
+def as_rate_key(value: str) -> str:
+    """A key of ``execution.gpu_profile.gpu_mpx_s``: a resampling method, or ``reduce:<reducer>``."""
+    allowed = [*get_args(Resampling), *(f"reduce:{r}" for r in get_args(Reducer))]
+    if value not in allowed:
+        raise ValueError(f"must be one of {' | '.join(allowed)}, got {value!r}")
+    return value
 
 
 def as_gdal_env(value: Any) -> Any:

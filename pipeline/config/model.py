@@ -47,17 +47,22 @@ from pipeline.config.fields import (
     Number,
     OnError,
     PathStr,
+    Period,
     PosInt,
     PosNumber,
+    Reducer,
     Resampling,
     ZarrFormat,
     as_assets,
     as_bands,
+    as_bits,
     as_bounds,
+    as_classes,
     as_crs,
     as_endpoint,
     as_gdal_env,
     as_paths,
+    as_rate_key,
     as_resampling,
     as_resolution,
     as_scheduler,
@@ -285,7 +290,13 @@ class GpuProfile(TypedDict):
 
     h2d_gb_s: Annotated[PosNumber, Field(description="Host to device copy, GB/s.")]
     d2h_gb_s: Annotated[PosNumber, Field(description="Device to host copy, GB/s.")]
-    gpu_mpx_s: Annotated[dict[Resampling, PosNumber], Field(description="GPU kernel rate per method, Mpx/s.")]
+    gpu_mpx_s: Annotated[
+        dict[Annotated[str, AfterValidator(as_rate_key)], PosNumber],
+        Field(
+            description="GPU kernel rate per method, Mpx/s; reduce:<reducer> (e.g. reduce:median): a composite's "
+            "reduction, Mpx/s of pixels x dates."
+        ),
+    ]
     cpu_mpx_s: NotRequired[Annotated[dict[Resampling, PosNumber], Field(description="CPU rate per method, Mpx/s.")]]
     launch_s: NotRequired[Annotated[Number, Field(description="Fixed cost of one GPU task, seconds.")]]
 
@@ -327,6 +338,65 @@ class ExecutionConfig(Section):
         return None if self.scheduler in SCHEDULERS else self.scheduler
 
 
+class MaskConfig(Section):
+    """Drop pixels before resampling and fusing, judged on each source tile by a band of the same tile and date."""
+
+    band: str = Field(
+        description="The mask band: a band of the same tile and date (the glob's `band` group; a STAC asset key). "
+        "Read at its own resolution, never at an overview; each source pixel takes the mask value at its centre. "
+        "Written to the cube only if inputs.bands lists it."
+    )
+    exclude: Annotated[
+        tuple[int | str, ...], BeforeValidator(as_classes, json_schema_input_type=list[int | str] | None)
+    ] = Field(
+        (),
+        description="Class values to drop, e.g. Sentinel-2 SCL [3, 8, 9, 10], or names from the mask band's STAC "
+        "classification:classes (e.g. cloud_shadows, cloud_high_probability).",
+    )
+    exclude_bits: Annotated[
+        tuple[int | str, ...], BeforeValidator(as_bits, json_schema_input_type=list[int | str] | None)
+    ] = Field(
+        (),
+        description="Bit positions to drop where set (any set bit drops the pixel), e.g. Landsat QA_PIXEL [1, 3, 4], "
+        "or names from the mask band's STAC classification:bitfields (every bit of the named field).",
+    )
+    dilate: NonNegInt = Field(
+        0,
+        description="Grow the dropped area by this many mask pixels (a square of side 2*dilate+1), as cloud "
+        "edges are usually under-detected.",
+    )
+
+    @model_validator(mode="after")
+    def _something_dropped(self) -> MaskConfig:
+        if not self.exclude and not self.exclude_bits:
+            raise ConfigError("exclude", "mask needs exclude (class values) or exclude_bits (bit positions)")
+        return self
+
+
+class CompositeConfig(Section):
+    """Reduce time: one step per period, from the clear observations (after ``mask``) of each pixel."""
+
+    period: Period = Field(
+        "P1M",
+        description="P16D (16 days from each 1 January, as MODIS's) | P1M | P3M (quarters) | P1Y | all; each "
+        "step is labelled by its period's start (all: the earliest date).",
+    )
+    reducer: Reducer = Field(
+        "median",
+        description="median | mean | min | max | first | last | count, per pixel over the period's clear "
+        "observations; integer bands keep their dtype (mean and median rounded half to even); count is uint16.",
+    )
+    count: Flag = Field(
+        False,
+        description="Also write `clear_count` (uint16): the observations of the first band used per pixel and step.",
+    )
+    stack_mb: PosNumber | None = Field(
+        None,
+        description="The most one chunk's stack of dates may hold, in MB; a chunk whose stack is larger is computed "
+        "in row strips (split in space, never in time). null: a quarter of this machine's memory per core.",
+    )
+
+
 class ReportConfig(Section):
     """Where the run's report goes."""
 
@@ -359,6 +429,10 @@ class Config(Section):
         "auto", description="auto / kernels: the project's array kernels; gdal: GDAL's warper, for comparison."
     )
     fuse: Fuse = Field("first", description="first | last | min | max | mean: overlapping tiles of one date.")
+    mask: MaskConfig | None = Field(None, description="null: none. " + str(MaskConfig.__doc__))
+    composite: CompositeConfig | None = Field(
+        None, description="null: one time step per date (or groupby group). " + str(CompositeConfig.__doc__)
+    )
     output: OutputConfig = Field(description=OutputConfig.__doc__)
     execution: ExecutionConfig = Field(default_factory=lambda: ExecutionConfig(), description=ExecutionConfig.__doc__)
     report: ReportConfig = Field(default_factory=lambda: ReportConfig(), description="The run's JSON report.")
@@ -464,6 +538,10 @@ class Config(Section):
             flat["inputs.alternate"] = i.alternate
         if o.zarr_format != 3:
             flat["output.zarr_format"] = o.zarr_format
+        if self.mask is not None:
+            flat["mask"] = self.mask.model_dump(mode="json")
+        if self.composite is not None:
+            flat["composite"] = self.composite.model_dump(mode="json", exclude={"stack_mb"})
         return json.loads(json.dumps(flat, sort_keys=True, default=str))
 
     def output_hash(self) -> str:

@@ -8,6 +8,9 @@
 * Calibration: the first time a worker uses its GPU it measures transfer bandwidth and kernel
   rates (a fraction of a second) and caches them on disk; ``execution.gpu_profile`` overrides.
 * Only methods with an array kernel can run on the GPU; the others stay on the CPU, with that reason.
+* A composite's reduction over dates is priced the same way: on the GPU each date's layer is warped
+  and fused there and reduced at the device's measured rate (``reduce:<reducer>`` in the profile), only
+  the composite coming back; on the CPU at its rate.
 * Parity: ``device: auto`` sends work to a GPU only after the kernels ran on that device and agreed
   with NumPy (:func:`verify_gpu`, cached per device model, driver and library versions).
 """
@@ -35,6 +38,17 @@ CPU_MPX_S = {
     "min": 7.0,
     "max": 7.0,
     "median": 4.0,
+}
+# Temporal reductions on one core, Mpx/s of pixels x dates reduced (bench/reduce.py, 1024^2 uint16 stacks
+# with 40% nodata; the profile's "reduce:<reducer>" entries override them).
+CPU_REDUCE_MPX_S = {
+    "median": 60.0,
+    "mean": 150.0,
+    "min": 300.0,
+    "max": 300.0,
+    "first": 300.0,
+    "last": 300.0,
+    "count": 400.0,
 }
 # Decode and encode rates on one CPU core (MB/s), for the part of a task no device choice changes.
 CPU_DECODE_MB_S = 110.0
@@ -119,11 +133,18 @@ class TaskWork:
     """Warped windows coming back: device->host."""
     io_s_estimate: float = 0.0
     """Decode + encode seconds on the CPU (the same on either device)."""
+    reducer: str | None = None
+    """A composite's reducer (``composite.reducer``); None: no reduction."""
+    stack_px: int = 0
+    """Pixels times dates reduced: each date's fused layer of each chunk."""
+    stack_bytes: int = 0
+    """Those layers' bytes (the memory a median holds)."""
 
 
-def task_work(partition: Any, method: str, itemsize: dict[str, int]) -> TaskWork:
-    """What a partition moves and computes (every source window is warped onto its chunk)."""
-    src_bytes = dst_pixels = dst_bytes = out_bytes = 0
+def task_work(partition: Any, method: str, itemsize: dict[str, int], reducer: str | None = None) -> TaskWork:
+    """What a partition moves and computes (every source window is warped onto its chunk; with a
+    ``reducer``, each job's dates are fused into layers that are then reduced)."""
+    src_bytes = dst_pixels = dst_bytes = out_bytes = stack_px = stack_bytes = 0
     for job in partition.jobs:
         size = itemsize[job.band]
         chunk_px = job.window[2] * job.window[3]
@@ -132,8 +153,23 @@ def task_work(partition: Any, method: str, itemsize: dict[str, int]) -> TaskWork
             dst_pixels += chunk_px
             dst_bytes += chunk_px * size
         out_bytes += chunk_px * size
+        if reducer is not None:
+            layers = len({s.layer for s in job.sources})
+            stack_px += layers * chunk_px
+            stack_bytes += layers * chunk_px * size
+    if reducer is not None:  # the layers stay on the device: only each chunk's composite comes back
+        dst_bytes = out_bytes
     io_s = src_bytes / (CPU_DECODE_MB_S * 1e6) + out_bytes / (CPU_ENCODE_MB_S * 1e6)
-    return TaskWork(method=method, src_bytes=src_bytes, dst_pixels=dst_pixels, dst_bytes=dst_bytes, io_s_estimate=io_s)
+    return TaskWork(
+        method=method,
+        src_bytes=src_bytes,
+        dst_pixels=dst_pixels,
+        dst_bytes=dst_bytes,
+        io_s_estimate=io_s,
+        reducer=reducer,
+        stack_px=stack_px,
+        stack_bytes=stack_bytes,
+    )
 
 
 def estimate_seconds(work: TaskWork, profile: DeviceProfile) -> tuple[float, float]:
@@ -148,6 +184,16 @@ def estimate_seconds(work: TaskWork, profile: DeviceProfile) -> tuple[float, flo
         + work.dst_bytes / (profile.d2h_gb_s * 1e9)
         + profile.launch_s
     )
+    if work.reducer is not None and work.stack_px:
+        # On the GPU each date's layer is warped and fused there and stays for the reduction: only the
+        # composite comes back (task_work counts it as dst_bytes).
+        key = f"reduce:{work.reducer}"
+        stack_mpx = work.stack_px / 1e6
+        cpu_s += stack_mpx / profile.cpu_mpx_s.get(key, CPU_REDUCE_MPX_S.get(work.reducer, 50.0))
+        gpu_rate = profile.gpu_mpx_s.get(key)
+        if gpu_rate is None:
+            return cpu_s, float("inf")
+        gpu_s += stack_mpx / gpu_rate
     return cpu_s, gpu_s
 
 
@@ -223,6 +269,8 @@ def decide(
         return "cpu", "GPU not calibrated"
     if work.method not in profile.gpu_mpx_s:
         return "cpu", f"no GPU rate measured for {work.method!r} (calibrate, or set it in execution.gpu_profile)"
+    if work.reducer is not None and f"reduce:{work.reducer}" not in profile.gpu_mpx_s:
+        return "cpu", f"no GPU rate measured for the {work.reducer} reduction (calibrate, or set reduce:{work.reducer})"
     cpu_s, gpu_s = estimate_seconds(work, profile)
     io_note = ""
     if work.io_s_estimate > max(cpu_s, gpu_s):
@@ -265,8 +313,8 @@ def load_profile(override: dict[str, Any] | None) -> DeviceProfile | None:
 def calibrate_gpu(size: int = 2048) -> dict[str, Any]:
     """Measure this worker's GPU once (bandwidth, kernel rates) and cache it; returns the profile dict."""
     cached = load_profile(None)
-    if cached is not None:
-        return asdict(cached)
+    if cached is not None and any(k.startswith("reduce:") for k in cached.gpu_mpx_s):  # else measured before
+        return asdict(cached)  # the reductions had rates: measure again
     import cupy
     import numpy as np
 
@@ -296,6 +344,20 @@ def calibrate_gpu(size: int = 2048) -> dict[str, Any]:
         resample(dev, 0.0, cmap, method)
         cupy.cuda.Device().synchronize()
         rates[method] = half * half / 1e6 / (time.perf_counter() - t)
+    from pipeline.resample.reduce import REDUCERS, Reduction
+
+    layers = 16
+    stack = cupy.where(cupy.arange(layers)[:, None, None] % 3 == 0, 0, dev[None, :half, :half]).astype("u2")
+    for reducer in REDUCERS:
+        for _ in range(2):  # the first run compiles; the second is timed
+            cupy.cuda.Device().synchronize()
+            t = time.perf_counter()
+            r = Reduction(reducer, (half, half), "uint16", 0.0, xp=cupy)
+            for k in range(layers):
+                r.add(stack[k])
+            r.result()
+            cupy.cuda.Device().synchronize()
+        rates[f"reduce:{reducer}"] = layers * half * half / 1e6 / (time.perf_counter() - t)
     profile = {"h2d_gb_s": h2d, "d2h_gb_s": d2h, "gpu_mpx_s": rates, "source": f"calibrated on {detect_gpu().name}"}
     _atomic_json(CACHE, profile)
     return profile

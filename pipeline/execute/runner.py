@@ -28,7 +28,7 @@ from pipeline.execute.schedulers import execute_tasks, threads_available
 from pipeline.execute.stopping import stopped_cleanly
 from pipeline.execute.task import TaskContext, peak_rss_mb
 from pipeline.execute.workers import start_fork_server, start_worker_server
-from pipeline.inputs.catalog import build_catalog, describe_bands
+from pipeline.inputs.catalog import build_catalog, describe_bands, mask_rule
 from pipeline.inputs.netstats import summarise as summarise_network
 from pipeline.planning.plan import Plan, compute_plan
 from pipeline.planning.windows import infer_grid
@@ -74,6 +74,7 @@ def plan_run(config: Config, clock: StageClock | None = None, progress: NoProgre
     clock = clock or StageClock()
     with clock.stage("index"):
         catalog = build_catalog(config, progress=progress)
+        mask_rule(config, catalog)  # a class name the mask band does not have: exit 2 before planning
     with clock.stage("plan"):
         crs, res_xy, inferred = infer_grid(catalog.tiles, config.grid.crs, config.grid.resolution)
         for key, what in inferred.items():
@@ -93,10 +94,39 @@ def plan_run(config: Config, clock: StageClock | None = None, progress: NoProgre
             shards_yx=config.output.shards_yx,
             categorical=catalog.categorical,
             inferred=inferred,
+            **composite_args(config),
+        )
+    for path in plan.unmasked:
+        catalog.skipped.append(
+            {"path": path, "error": f"no {plan.mask_band} tile of the same tile and date to judge it by (mask.band)"}
         )
     if plan.n_jobs == 0:
         raise ConfigError("grid.bounds", _no_overlap(config, plan))
     return catalog, plan
+
+
+def composite_args(config: Config) -> dict[str, Any]:
+    """The planner's mask and composite arguments: ``mask.band``, (period, reducer), ``composite.count``, and
+    what one chunk's stack may hold (``composite.stack_mb``; null: a quarter of this machine's memory per
+    core)."""
+    c = config.composite
+    budget = float("inf")
+    if c is not None:
+        budget = c.stack_mb if c.stack_mb is not None else _memory_bytes() / (os.cpu_count() or 1) / 4 / 1e6
+    return {
+        "mask_band": None if config.mask is None else config.mask.band,
+        "composite": None if c is None else (c.period, c.reducer),
+        "clear_count": c is not None and c.count,
+        "stack_budget_mb": budget,
+    }
+
+
+def _memory_bytes() -> float:
+    """This machine's physical memory (sysconf; 8 GB where it cannot say)."""
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 8e9
 
 
 def _no_overlap(config: Config, plan: Plan) -> str:
@@ -168,6 +198,8 @@ def summarise_plan(config: Config, catalog: Any, plan: Plan, clock: StageClock |
     if len(plan.partitions) > 100_000:
         advice.append("over 100,000 tasks: raise execution.partition_mb to keep scheduling overhead small")
     advice += _plan_chunk_advice(plan)
+    if plan.strips > 1:
+        advice.append(composite_split_note(plan))
     g = plan.grid
     return {
         "inputs": {**summarise_inputs(catalog), "skipped": catalog.skipped},
@@ -196,9 +228,70 @@ def summarise_plan(config: Config, catalog: Any, plan: Plan, clock: StageClock |
         "resampling": {b.name: b.resampling for b in plan.bands},
         "inferred": dict(plan.inferred),
         "advice": advice,
+        **({"composite": summarise_composite(plan)} if plan.composite else {}),
+        **({"mask": {"band": plan.mask_band, "unmasked": len(plan.unmasked)}} if plan.mask_band else {}),
         "driver_s": sum(clock.seconds.values()) if clock else None,
         "timings_s": dict(clock.seconds) if clock else {},
     }
+
+
+def composite_split_note(plan: Plan) -> str:
+    """What the plan says of a composite whose chunks are split in space."""
+    ch = plan.grid.chunks_yx[0]
+    return (
+        f"a chunk's stack of dates would hold {plan.stack_mb * plan.strips:.0f} MB, over composite.stack_mb "
+        f"({plan.stack_budget_mb:.0f} MB): each chunk is reduced in {plan.strips} row strips of {plan.strip_rows} "
+        f"of its {ch} rows (split in space, never in time; one task writes the chunk once)"
+    )
+
+
+def summarise_composite(plan: Plan) -> dict[str, Any]:
+    """The composite's shape: period, reducer, steps and the dates in them, and the stack each chunk holds."""
+    assert plan.composite is not None  # called for composite plans only
+    return {
+        "period": plan.composite[0],
+        "reducer": plan.composite[1],
+        "steps": len(plan.times),
+        "dates": len(plan.dates),
+        "strip_rows": plan.strip_rows,
+        "strips": plan.strips,
+        "stack_mb": plan.stack_mb,
+        "stack_budget_mb": plan.stack_budget_mb,
+        "split": composite_split_note(plan) if plan.strips > 1 else None,
+    }
+
+
+def summarise_masks(config: Config, plan: Plan, ctx: TaskContext, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The report's ``mask``: the rule as applied and, per band and date, the fraction of the source pixels
+    judged (valid data) that the mask dropped."""
+    sums: dict[tuple[str, int], list[int]] = {}
+    for r in records:
+        for band, t, dropped, valid in r.pop("masked", ()):
+            acc = sums.setdefault((band, t), [0, 0])
+            acc[0] += dropped
+            acc[1] += valid
+    dropped_by: dict[str, dict[str, float | None]] = {}
+    for (band, t), (d, v) in sorted(sums.items()):
+        dropped_by.setdefault(band, {})[plan.dates[t]] = d / v if v else None
+    return {
+        "band": plan.mask_band,
+        "exclude": list(ctx.mask_exclude),
+        "exclude_bits": list(ctx.mask_bits),
+        "dilate": ctx.mask_dilate,
+        "tiles_without_mask": len(plan.unmasked),
+        "dropped_fraction": dropped_by,
+    }
+
+
+def summarise_clear(plan: Plan, records: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """Per time step, pixels of the first band with 0, 1, ... 16+ clear observations (tile-covered pixels)."""
+    out: dict[str, list[int]] = {}
+    for r in records:
+        for t, hist in r.pop("clear", ()):
+            mine = out.setdefault(plan.times[t], [0] * len(hist))
+            for k, n in enumerate(hist):
+                mine[k] += n
+    return dict(sorted(out.items()))
 
 
 def _prepare_store(
@@ -231,9 +324,11 @@ def _prepare_store(
     return set()
 
 
-def task_context(config: Config, plan: Plan) -> TaskContext:
+def task_context(config: Config, plan: Plan, catalog: Any = None) -> TaskContext:
     """What every task of this run shares (:class:`TaskContext`), for a store that exists: its stamp is
-    read from it."""
+    read from it. ``catalog``: where ``mask`` names classes, the STAC classification they are looked up in."""
+    exclude, bits = mask_rule(config, catalog)
+    names = [b.name for b in plan.output_bands]
     return TaskContext(
         store_path=config.output.path,
         grid_crs=plan.grid.crs,
@@ -245,8 +340,15 @@ def task_context(config: Config, plan: Plan) -> TaskContext:
         engine=config.resampling_engine,
         grid_width=plan.grid.shape_yx[1],
         storage=config.storage,
-        store_stamp=store_stamp(config.output.path, [b.name for b in plan.bands], config.storage),
+        store_stamp=store_stamp(config.output.path, names, config.storage),
         gdal_env=tuple(sorted((str(k), str(v)) for k, v in config.inputs.gdal_env.items())),
+        mask_exclude=exclude,
+        mask_bits=bits,
+        mask_dilate=0 if config.mask is None else config.mask.dilate,
+        reducer=None if plan.composite is None else plan.composite[1],
+        count_band=plan.count_band,
+        chunk_rows=plan.grid.chunks_yx[0],
+        grid_height=plan.grid.shape_yx[0],
     )
 
 
@@ -309,7 +411,7 @@ def _run(
         import random
 
         random.Random(shuffle_seed).shuffle(todo)
-    ctx = task_context(config, plan)
+    ctx = task_context(config, plan, catalog)
     max_arg = max((len(pickle.dumps(p)) for p in todo), default=0)
 
     records: list[dict[str, Any]] = []
@@ -375,8 +477,8 @@ def _run(
             "chunks_written": int(sum(r["chunks"] for r in records)),
             "chunks_degraded": degraded,
             "shape": {"time": len(plan.times), "y": plan.grid.shape_yx[0], "x": plan.grid.shape_yx[1]},
-            "bands": [b.name for b in plan.bands],
-            "dtypes": {b.name: b.dtype for b in plan.bands},
+            "bands": [b.name for b in plan.output_bands],
+            "dtypes": {b.name: b.dtype for b in plan.output_bands},
         },
         "plan": {
             "partitions": len(plan.partitions),
@@ -425,6 +527,12 @@ def _run(
             "decisions": [{"task": r["id"], "device": r["device"], "reason": r["device_reason"]} for r in records],
         },
     }
+    if plan.mask_band is not None:
+        report["mask"] = summarise_masks(config, plan, ctx, records)
+    if plan.composite is not None:
+        report["composite"] = {**summarise_composite(plan), "clear_observations": summarise_clear(plan, records)}
+    for r in records:
+        r.pop("masked", None), r.pop("clear", None)
     report["network"] = network
     report["memory"] = {
         "driver_peak_mb": peak_rss_mb(),

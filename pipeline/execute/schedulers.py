@@ -101,7 +101,8 @@ def _decide_devices(client: Any, config: Config, todo: list[Any], ctx: TaskConte
         from pipeline.execute.device import DeviceProfile, calibrate_gpu
 
         profile = load_profile(dict(config.execution.gpu_profile or {}) or None)
-        if profile is None:
+        stale = profile is not None and not config.execution.gpu_profile and ctx.reducer is not None
+        if profile is None or (stale and f"reduce:{ctx.reducer}" not in profile.gpu_mpx_s):  # measured before
             measured = client.run(calibrate_gpu, workers=[with_gpu[0]])[with_gpu[0]]
             profile = DeviceProfile(**{k: v for k, v in measured.items() if k in DeviceProfile.__dataclass_fields__})
     parity = None
@@ -110,9 +111,11 @@ def _decide_devices(client: Any, config: Config, todo: list[Any], ctx: TaskConte
 
         parity = client.run(verify_gpu, workers=[with_gpu[0]])[with_gpu[0]]
     reason_none = next(iter({g["reason"] for g in gpus.values()}), "no workers")
-    itemsize = {b.name: np.dtype(b.dtype).itemsize for b in ctx.bands}
+    itemsize = {b.name: np.dtype(b.layer_dtype).itemsize for b in ctx.bands}
     return [
-        decide(requested, bool(with_gpu), reason_none, task_work(p, ctx.resampling, itemsize), profile, parity)
+        decide(
+            requested, bool(with_gpu), reason_none, task_work(p, ctx.resampling, itemsize, ctx.reducer), profile, parity
+        )
         for p in todo
     ]
 

@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -20,8 +20,11 @@ from pipeline.errors import TileReadError
 from pipeline.inputs import netstats
 from pipeline.inputs.read import configure_reads, open_count, read_window
 from pipeline.planning.grid import offset_transform
-from pipeline.planning.plan import BandSpec, Partition
+from pipeline.planning.plan import BandSpec, ChunkJob, MaskSource, Partition, SourceWindow
 from pipeline.resample import FirstValid, compiled, fuse_arrays
+from pipeline.resample.common import nodata_fill, valid_mask
+from pipeline.resample.mask import apply_mask, dilate, drop_pixels, mask_window, sample_nearest
+from pipeline.resample.reduce import Reduction
 from pipeline.resample.warp import MAPS, RowSpan, warp_window
 from pipeline.store.write import StoreWriter, journal_record
 
@@ -51,6 +54,20 @@ class TaskContext:
     """:func:`pipeline.store.write.store_stamp` of the store: workers read its metadata once per process."""
     gdal_env: tuple[tuple[str, str], ...] = ()
     """``inputs.gdal_env`` as (option, value) pairs, over the cloud defaults for remote reads."""
+    mask_exclude: tuple[int, ...] = ()
+    """``mask.exclude`` as class values (names resolved against the mask band's STAC classes)."""
+    mask_bits: tuple[int, ...] = ()
+    """``mask.exclude_bits`` as bit positions."""
+    mask_dilate: int = 0
+    reducer: str | None = None
+    """``composite.reducer``; None: one time step per date."""
+    count_band: BandSpec | None = None
+    """``clear_count``, written with the first band's chunks."""
+    chunk_rows: int = 0
+    """The output chunks' height (a composite's jobs may be row strips of them)."""
+    grid_height: int = 0
+    device: str = "cpu"
+    """Where this task's arrays are computed (set per task from the driver's decision)."""
 
 
 def _worker_name() -> str:
@@ -158,6 +175,207 @@ def _add_chunk(fit: list[float], mb: float, seconds: float) -> None:
     fit[4] += mb * seconds
 
 
+@dataclass
+class _Tally:
+    """What a task's chunks cost and found, summed as they are computed."""
+
+    read_s: float = 0.0
+    mask_s: float = 0.0
+    resample_s: float = 0.0
+    reduce_s: float = 0.0
+    write_s: float = 0.0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    windows_skipped: int = 0
+    tiles: set[str] = field(default_factory=set)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    degraded: list[str] = field(default_factory=list)
+    masked: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    """(band, date index) -> [dropped pixels, valid pixels] of the source windows judged."""
+    clear: dict[int, list[int]] = field(default_factory=dict)
+    """Time step -> pixels of the first band with 0, 1, ... clear observations (:func:`_clear_histogram`)."""
+
+
+class _Masks:
+    """One task's mask windows, judged once: the drop mask of each (mask tile, window) read, kept for the
+    task's other bands and chunks of the same tile (a partition holds neighbouring chunks)."""
+
+    def __init__(self, ctx: TaskContext) -> None:
+        self.ctx = ctx
+        self.kept: dict[tuple[MaskSource, tuple[int, int, int, int]], np.ndarray] = {}
+
+    def drop(self, src: SourceWindow, shape: tuple[int, int]) -> np.ndarray:
+        """Per pixel of ``src``'s window (``shape``), whether its mask tile drops it: the mask pixel at the
+        pixel's centre (nearest, same tile), after the rules and the dilation."""
+        m, ctx = src.mask, self.ctx
+        assert m is not None  # called only for masked sources
+        win = mask_window(src.transform, shape, m.transform, (m.height, m.width), ctx.mask_dilate)
+        if win[2] <= 0 or win[3] <= 0:
+            return np.zeros(shape, dtype=bool)
+        key = (m, win)
+        judged = self.kept.get(key)
+        if judged is None:
+            at = offset_transform(m.transform, win[0], win[1])
+            values = read_window(SourceWindow(m.path, -1, win, at, src.crs, float("nan"), band_index=m.band_index))
+            judged = dilate(drop_pixels(values, ctx.mask_exclude, ctx.mask_bits), ctx.mask_dilate)
+            self.kept[key] = judged
+        at = offset_transform(m.transform, win[0], win[1])
+        return sample_nearest(judged, at, src.transform, shape)
+
+
+def _fuse_layer(
+    ctx: TaskContext,
+    job: ChunkJob,
+    sources: tuple[SourceWindow, ...],
+    band: BandSpec,
+    tally: _Tally,
+    masks: _Masks,
+) -> np.ndarray | None:
+    """One date's tiles of one chunk, each masked (``mask``), resampled and fused; None where no tile
+    gave a pixel."""
+    r0, c0, h, w = job.window
+    nodata = band.layer_nodata
+    dst_transform = offset_transform(ctx.grid_transform, r0, c0)
+    # first/last keep one tile per pixel: tiles go in priority order and each is resampled only
+    # where the chunk is still empty (bit for bit the same: the kernels' blocks equal the whole).
+    mosaic = FirstValid((h, w), nodata) if _picks_one(ctx) else None
+    ordered = sources[::-1] if mosaic is not None and ctx.fuse == "last" else sources
+    warped = []
+    for src in ordered:
+        # Only the part of the chunk this tile covers is resampled, then placed in the chunk.
+        dst_window = src.dst_window or (0, 0, h, w)
+        if mosaic is not None:
+            pending = mosaic.pending(dst_window)
+            if pending is None:
+                tally.windows_skipped += 1
+                continue
+            dst_window = pending
+        dr, dc, dh, dw = dst_window
+        t0 = time.perf_counter()
+        try:
+            data = read_window(src)
+            t1 = time.perf_counter()
+            tally.read_s += t1 - t0
+            if src.mask is not None:
+                drop = masks.drop(src, data.shape)
+                src_nodata = src.nodata if not np.isnan(src.nodata) else nodata
+                valid = valid_mask(data, src_nodata, np)
+                counts = tally.masked.setdefault((job.band, src.layer), [0, 0])
+                counts[0] += int(np.count_nonzero(drop & valid))
+                counts[1] += int(np.count_nonzero(valid))
+                data = apply_mask(data, drop, src_nodata)
+                t2 = time.perf_counter()
+                tally.mask_s += t2 - t1
+                t1 = t2
+        except TileReadError as e:
+            if ctx.on_error == "fail":
+                raise
+            tally.skipped.append({"path": e.path, "error": e.problem})
+            tally.degraded.append(f"{job.band}/t{job.t}/{job.cy}/{job.cx}")
+            tally.read_s += time.perf_counter() - t0
+            continue
+        span = RowSpan(ctx.grid_transform, ctx.grid_width, r0 + dr, c0 + dc) if ctx.grid_width else None
+        part = warp_window(
+            data,
+            src,
+            (dh, dw),
+            offset_transform(dst_transform, dr, dc),
+            ctx.grid_crs,
+            nodata,
+            band.resampling,
+            ctx.engine,
+            ctx.device,
+            span,
+            MAPS,
+        )
+        if mosaic is not None:
+            mosaic.add(part, dr, dc)
+        elif (dh, dw) != (h, w):
+            full = np.full((h, w), nodata, dtype=part.dtype)
+            full[dr : dr + dh, dc : dc + dw] = part
+            warped.append(full)
+        else:
+            warped.append(part)
+        tally.resample_s += time.perf_counter() - t1
+        tally.bytes_read += data.nbytes
+        tally.tiles.add(src.path)
+    t2 = time.perf_counter()
+    fused = mosaic.result() if mosaic is not None else fuse_arrays(warped, nodata, ctx.fuse) if warped else None
+    tally.resample_s += time.perf_counter() - t2
+    return fused
+
+
+def host(array: Any) -> np.ndarray:
+    """A device array copied to the host (a NumPy array as it is)."""
+    return array if isinstance(array, np.ndarray) else array.get()
+
+
+CLEAR_BINS = 16
+"""The ``clear_observations`` histogram counts pixels with 0, 1, ..., 15 and 16 or more clear observations."""
+
+
+def _clear_histogram(tally: _Tally, job: ChunkJob, count: np.ndarray) -> None:
+    """Add the job's pixels to its period's histogram of clear observations, counting only pixels some tile
+    covers (the boxes of the tiles' footprints in the chunk): a pixel no tile reaches is not a cloudy one."""
+    covered = np.zeros(count.shape, dtype=bool)
+    for src in job.sources:
+        r, c, h, w = src.dst_window or (0, 0, *count.shape)
+        covered[r : r + h, c : c + w] = True
+    hist = np.bincount(np.minimum(count[covered], CLEAR_BINS).astype(np.int64), minlength=CLEAR_BINS + 1)
+    mine = tally.clear.setdefault(job.t, [0] * (CLEAR_BINS + 1))
+    for k, n in enumerate(hist.tolist()):
+        mine[k] += n
+
+
+def _layers(sources: tuple[SourceWindow, ...]) -> list[tuple[SourceWindow, ...]]:
+    """A job's sources split by date (they come in date order, each date's in fuse order)."""
+    out: list[list[SourceWindow]] = []
+    for src in sources:
+        if not out or out[-1][-1].layer != src.layer:
+            out.append([])
+        out[-1].append(src)
+    return [tuple(g) for g in out]
+
+
+class _Chunks:
+    """Writes whole chunks: a job that is a row strip of its chunk (a composite split in space) is placed
+    into the chunk, which is written once its strips are in (or when the task ends: strips with no tile
+    are no job, and stay fill)."""
+
+    def __init__(self, ctx: TaskContext, writer: StoreWriter, tally: _Tally) -> None:
+        self.ctx, self.writer, self.tally = ctx, writer, tally
+        self.open: dict[tuple[str, int, int, int], list[Any]] = {}
+
+    def put(self, band: BandSpec, t: int, window: tuple[int, int, int, int], values: np.ndarray) -> None:
+        r0, c0, h, w = window
+        ch = self.ctx.chunk_rows or h
+        top = (r0 // ch) * ch
+        full_h = min(ch, self.ctx.grid_height - top) if self.ctx.grid_height else h
+        if h == full_h:
+            self._write(band.name, t, window, values)
+            return
+        key = (band.name, t, top, c0)
+        entry = self.open.get(key)
+        if entry is None:
+            fill = np.full((full_h, w), nodata_fill(band.nodata, values.dtype, np), dtype=values.dtype)
+            entry = self.open[key] = [fill, 0]
+        entry[0][r0 - top : r0 - top + h] = values
+        entry[1] += h
+        if entry[1] == full_h:
+            del self.open[key]
+            self._write(band.name, t, (top, c0, full_h, w), entry[0])
+
+    def close(self) -> None:
+        for (name, t, top, c0), (values, _) in list(self.open.items()):
+            self._write(name, t, (top, c0, *values.shape), values)
+        self.open.clear()
+
+    def _write(self, name: str, t: int, window: tuple[int, int, int, int], values: np.ndarray) -> None:
+        t0 = time.perf_counter()
+        self.tally.bytes_written += self.writer.write_chunk(name, t, window, values)
+        self.tally.write_s += time.perf_counter() - t0
+
+
 def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", reason: str = "") -> dict[str, Any]:
     """Compute and write every chunk of ``partition``; return its timing record.
 
@@ -170,91 +388,56 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
         gpu = detect_gpu()
         if not gpu.available:
             device, reason = "cpu", f"assigned to the GPU but this worker has none ({gpu.reason})"
+    ctx = replace(ctx, device=device)
     configure_reads(ctx.storage, ctx.gdal_env)
     start = time.time()
     opened_before = open_count()
     hits_before, misses_before = MAPS.tally()
     compiled_before = compiled.calls()
-    read_s = resample_s = write_s = 0.0
-    bytes_read = bytes_written = windows_skipped = 0
-    tiles: set[str] = set()
-    skipped: list[dict[str, str]] = []
-    degraded: list[str] = []
+    tally = _Tally()
     bands = {b.name: b for b in ctx.bands}
     writer = StoreWriter(ctx.store_path, ctx.storage, ctx.store_stamp)
+    chunks = _Chunks(ctx, writer, tally)
+    masks = _Masks(ctx)
     fit = [0.0] * 5  # per chunk (MB = its bytes read + written, s): n, sum MB, sum MB^2, sum s, sum MB*s
+    xp: Any = np
+    if device == "gpu" and ctx.reducer is not None:  # the reduction too: its layers go over as they are fused
+        import cupy
+
+        xp = cupy
     for job in partition.jobs:
-        t_job, mb_job = time.perf_counter(), bytes_read + bytes_written
+        t_job, mb_job = time.perf_counter(), tally.bytes_read + tally.bytes_written
         band = bands[job.band]
-        r0, c0, h, w = job.window
-        dst_transform = offset_transform(ctx.grid_transform, r0, c0)
-        # first/last keep one tile per pixel: tiles go in priority order and each is resampled only
-        # where the chunk is still empty (bit for bit the same: the kernels' blocks equal the whole).
-        mosaic = FirstValid((h, w), band.nodata) if _picks_one(ctx) else None
-        sources = job.sources[::-1] if mosaic is not None and ctx.fuse == "last" else job.sources
-        warped = []
-        for src in sources:
-            # Only the part of the chunk this tile covers is resampled, then placed in the chunk.
-            dst_window = src.dst_window or (0, 0, h, w)
-            if mosaic is not None:
-                pending = mosaic.pending(dst_window)
-                if pending is None:
-                    windows_skipped += 1
-                    continue
-                dst_window = pending
-            dr, dc, dh, dw = dst_window
-            t0 = time.perf_counter()
-            try:
-                data = read_window(src)
-            except TileReadError as e:
-                if ctx.on_error == "fail":
-                    raise
-                skipped.append({"path": e.path, "error": e.problem})
-                degraded.append(f"{job.band}/t{job.t}/{job.cy}/{job.cx}")
-                read_s += time.perf_counter() - t0
-                continue
-            t1 = time.perf_counter()
-            span = RowSpan(ctx.grid_transform, ctx.grid_width, r0 + dr, c0 + dc) if ctx.grid_width else None
-            part = warp_window(
-                data,
-                src,
-                (dh, dw),
-                offset_transform(dst_transform, dr, dc),
-                ctx.grid_crs,
-                band.nodata,
-                band.resampling,
-                ctx.engine,
-                device,
-                span,
-                MAPS,
-            )
-            if mosaic is not None:
-                mosaic.add(part, dr, dc)
-            elif (dh, dw) != (h, w):
-                full = np.full((h, w), band.nodata, dtype=part.dtype)
-                full[dr : dr + dh, dc : dc + dw] = part
-                warped.append(full)
-            else:
-                warped.append(part)
-            t2 = time.perf_counter()
-            read_s += t1 - t0
-            resample_s += t2 - t1
-            bytes_read += data.nbytes
-            tiles.add(src.path)
-        t2 = time.perf_counter()
-        fused = (
-            mosaic.result() if mosaic is not None else fuse_arrays(warped, band.nodata, ctx.fuse) if warped else None
-        )
-        if fused is not None:
-            t3 = time.perf_counter()
-            bytes_written += writer.write_chunk(job.band, job.t, job.window, fused)
-            resample_s += t3 - t2
-            write_s += time.perf_counter() - t3
-        _add_chunk(fit, (bytes_read + bytes_written - mb_job) / 1e6, time.perf_counter() - t_job)
+        h, w = job.window[2:]
+        if ctx.reducer is None:
+            values = _fuse_layer(ctx, job, job.sources, band, tally, masks)
+            if values is not None:
+                chunks.put(band, job.t, job.window, values)
+        else:
+            reduction = Reduction(ctx.reducer, (h, w), band.layer_dtype, band.layer_nodata, xp=xp)
+            seen = False
+            for layer in _layers(job.sources):
+                fused = _fuse_layer(ctx, job, layer, band, tally, masks)
+                if fused is not None:
+                    t0 = time.perf_counter()
+                    reduction.add(xp.asarray(fused))
+                    tally.reduce_s += time.perf_counter() - t0
+                    seen = True
+            if seen:
+                t0 = time.perf_counter()
+                values, count = (host(a) for a in reduction.result())
+                tally.reduce_s += time.perf_counter() - t0
+                chunks.put(band, job.t, job.window, values)
+                if job.band == ctx.bands[0].name:
+                    if ctx.count_band is not None:
+                        chunks.put(ctx.count_band, job.t, job.window, count)
+                    _clear_histogram(tally, job, count)
+        _add_chunk(fit, (tally.bytes_read + tally.bytes_written - mb_job) / 1e6, time.perf_counter() - t_job)
     t4 = time.perf_counter()
+    chunks.close()
     writer.flush()  # a sharded array's shards, each whole
     journal_record(ctx.store_path, partition.key, ctx.storage)
-    write_s += time.perf_counter() - t4
+    tally.write_s += time.perf_counter() - t4
     hits, misses = MAPS.tally()
     return {
         "id": partition.key,
@@ -265,23 +448,27 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
         "device_reason": reason,
         "start": start,
         "end": time.time(),
-        "tiles": len(tiles),
+        "tiles": len(tally.tiles),
         "files_opened": open_count() - opened_before,
         "chunks": len(partition.jobs),
-        "windows_skipped": windows_skipped,
+        "windows_skipped": tally.windows_skipped,
         "maps_reused": hits - hits_before,
         "maps_made": misses - misses_before,
         "maps_kept_mb": MAPS.bytes / 1e6,
         "compiled_windows": compiled.calls() - compiled_before,
-        "read_s": read_s,
-        "resample_s": resample_s,
-        "write_s": write_s,
-        "bytes_read": bytes_read,
-        "bytes_written": bytes_written,
+        "read_s": tally.read_s,
+        "mask_s": tally.mask_s,
+        "resample_s": tally.resample_s,
+        "reduce_s": tally.reduce_s,
+        "write_s": tally.write_s,
+        "bytes_read": tally.bytes_read,
+        "bytes_written": tally.bytes_written,
         "cost_bytes": partition.cost_bytes,
         "chunk_fit": fit,
-        "skipped": skipped,
-        "degraded_chunks": degraded,
+        "skipped": tally.skipped,
+        "degraded_chunks": tally.degraded,
+        "masked": [[b, t, d, v] for (b, t), (d, v) in sorted(tally.masked.items())],
+        "clear": [[t, hist] for t, hist in sorted(tally.clear.items())],
         "network": netstats.take(),
         "rss_mb": rss_mb(),
     }

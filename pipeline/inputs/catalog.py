@@ -49,13 +49,17 @@ def build_catalog(config: Config, max_threads: int = 8, progress: NoProgress | N
 
 
 def finish_table(tiles: TileTable, config: Config, skipped: list[dict[str, str]]) -> TileTable:
-    """The table a run plans from (see the module docstring); appends to ``skipped``."""
+    """The table a run plans from (see the module docstring); appends to ``skipped``. The mask band's tiles
+    (``mask.band``) are kept whether ``inputs.bands`` lists it or not: the planner tells them apart."""
+    mask = config.mask.band if config.mask is not None else None
+    if mask is not None and mask not in set(tiles["band"]):
+        raise ConfigError("mask.band", f"no input carries band {mask!r}; bands found: {sorted(set(tiles['band']))}")
     if config.inputs.bands is not None:
         found = set(tiles["band"])
         missing = [b for b in config.inputs.bands if b not in found]
         if missing:
             raise ConfigError("inputs.bands", f"no input file carries band(s) {missing}; bands found: {sorted(found)}")
-        wanted = set(config.inputs.bands)
+        wanted = set(config.inputs.bands) | ({mask} if mask else set())
         tiles = tiles.rows(np.fromiter((b in wanted for b in tiles["band"]), bool, len(tiles)))
     keep = np.ones(len(tiles), dtype=bool)
     dtypes = tiles["dtype"]
@@ -111,3 +115,41 @@ def describe_bands(catalog: Catalog) -> dict[str, dict[str, Any]]:
             "categorical": band in catalog.categorical,
         }
     return out
+
+
+def mask_rule(config: Config, catalog: Catalog | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``mask.exclude`` and ``mask.exclude_bits`` as class values and bit positions: names are looked up in the
+    mask band's STAC ``classification:classes`` / ``bitfields`` (a bitfield name stands for each of its bits)."""
+    m = config.mask
+    if m is None:
+        return (), ()
+    known = (catalog.classification.get(m.band) if catalog is not None else None) or {}
+    classes, fields = known.get("classes", {}), known.get("bitfields", {})
+
+    def unknown(key: str, name: str, kind: str, names: dict[str, Any]) -> ConfigError:
+        if not names:
+            return ConfigError(
+                f"mask.{key}",
+                f"names {name!r}, but band {m.band} carries no STAC classification:{kind}: give numbers instead",
+            )
+        near = ", ".join(sorted(names))
+        return ConfigError(f"mask.{key}", f"{name!r} is not one of band {m.band}'s classification:{kind}: {near}")
+
+    values: list[int] = []
+    for v in m.exclude:
+        if isinstance(v, str):
+            if v not in classes:
+                raise unknown("exclude", v, "classes", classes)
+            values.append(int(classes[v]))
+        else:
+            values.append(int(v))
+    bits: list[int] = []
+    for v in m.exclude_bits:
+        if isinstance(v, str):
+            if v not in fields:
+                raise unknown("exclude_bits", v, "bitfields", fields)
+            offset, length = fields[v]
+            bits.extend(range(offset, offset + length))
+        else:
+            bits.append(int(v))
+    return tuple(sorted(set(values))), tuple(sorted(set(bits)))

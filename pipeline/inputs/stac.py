@@ -56,6 +56,7 @@ from pipeline.inputs.stac_fields import (  # noqa: F401 - the rules, importable 
     band_count,
     band_field,
     band_index,
+    classification_of,
     compute_solar_day,
     compute_time_steps,
     crs_of,
@@ -146,6 +147,7 @@ def asset_rows_from_items(
             rows["unit"].append(None if unit is None else str(unit))
             rows["size"].append(int(asset.get("file:size") or 0))
             rows["categorical"].append(is_categorical(asset, k))
+            rows["classification"].append(classification_of(asset, k))
     return rows
 
 
@@ -204,7 +206,7 @@ SAMPLE_TRIES = 3
 """Headers tried per group of assets planned from metadata before its assets go without overviews."""
 
 _INT_ASSET_COLUMNS = ("width", "height", "size", "bidx")
-_TEXT_ASSET_COLUMNS = ("href", "band", "item", "collection", "crs", "dtype", "unit")
+_TEXT_ASSET_COLUMNS = ("href", "band", "item", "collection", "crs", "dtype", "unit", "classification")
 
 
 def _as_arrays(rows: dict[str, Sequence[Any]]) -> dict[str, np.ndarray]:
@@ -231,6 +233,9 @@ def load_asset_rows(config: Config) -> tuple[dict[str, np.ndarray], list[dict[st
     """The configured STAC source's asset table and the items skipped on the way."""
     i = config.inputs
     skipped: list[dict[str, str]] = []
+    assets = i.assets
+    if config.mask is not None and assets is not None and config.mask.band not in assets:
+        assets = {**assets, config.mask.band: config.mask.band}  # the mask band's asset, named by its key
     if i.stac_search:
         items = search_item_dicts(dict(i.stac_search))
         if not items:
@@ -238,17 +243,17 @@ def load_asset_rows(config: Config) -> tuple[dict[str, np.ndarray], list[dict[st
                 "inputs.stac_search",
                 f"the search at {i.stac_search['url']} matched no item: {_search_terms(i.stac_search)}",
             )
-        rows: dict[str, Any] = asset_rows_from_items(items, i.assets, None, skipped, i.alternate)
+        rows: dict[str, Any] = asset_rows_from_items(items, assets, None, skipped, i.alternate)
     elif i.stac and re.search(r"\.(geo)?parquet$", i.stac, re.I):
         from pipeline.inputs.stac_parquet import asset_rows_from_arrow, read_geoparquet_table
 
-        table = read_geoparquet_table(i.stac, config.storage, i.assets)
-        rows = asset_rows_from_arrow(table, i.assets, i.stac, skipped, i.alternate)
+        table = read_geoparquet_table(i.stac, config.storage, assets)
+        rows = asset_rows_from_arrow(table, assets, i.stac, skipped, i.alternate)
     elif i.stac:
         items, base = read_item_dicts(i.stac, config.storage)
         if not items:
             raise ConfigError("inputs.stac", f"{i.stac} holds no STAC item")
-        rows = asset_rows_from_items(items, i.assets, base, skipped, i.alternate)
+        rows = asset_rows_from_items(items, assets, base, skipped, i.alternate)
     else:
         raise ConfigError("inputs.stac", "no STAC source given")
     return _as_arrays(rows), skipped
@@ -493,4 +498,14 @@ def stac_catalog(config: Config, max_threads: int = 8, progress: NoProgress | No
         headers_read=headers_read,
         band_attrs=compute_band_attrs(rows),
         categorical=frozenset(str(b) for b in np.unique(rows["band"][rows["categorical"]])),
+        classification=_classification(rows),
     )
+
+
+def _classification(rows: dict[str, np.ndarray]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per band, the STAC classification of its first asset that has one (:func:`classification_of`)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for band, c in zip(rows["band"].tolist(), rows["classification"].tolist(), strict=True):
+        if c is not None and band not in out:
+            out[band] = c
+    return out

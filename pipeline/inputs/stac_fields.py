@@ -44,6 +44,7 @@ BAND_FIELDS = {  # column: (STAC 1.1 name in bands[k] or on the asset, STAC 1.0 
 }
 CLASSIFICATION = ("classification:classes", "classification:bitfields")
 ASSET_COLUMNS = [
+    "classification",
     "href",
     "band",
     "bidx",
@@ -142,6 +143,21 @@ def is_categorical(asset: dict[str, Any], k: int) -> bool:
     """Band ``k`` carries STAC classification classes or bitfields (a class or QA band)."""
     holders = (asset, _nth(asset.get("bands"), k) or {}, _nth(asset.get("raster:bands"), k) or {})
     return any(name in holder for holder in holders for name in CLASSIFICATION)
+
+
+def classification_of(asset: dict[str, Any], k: int) -> dict[str, dict[str, Any]] | None:
+    """Band ``k``'s STAC classification as names: ``{"classes": {name: value}, "bitfields": {name: (offset,
+    length)}}`` (what ``mask.exclude`` / ``exclude_bits`` names resolve against); None where it has none."""
+    holders = (asset, _nth(asset.get("bands"), k) or {}, _nth(asset.get("raster:bands"), k) or {})
+    out: dict[str, dict[str, Any]] = {"classes": {}, "bitfields": {}}
+    for holder in holders:
+        for c in holder.get("classification:classes") or ():
+            if isinstance(c, dict) and c.get("name") is not None and c.get("value") is not None:
+                out["classes"].setdefault(str(c["name"]), int(c["value"]))
+        for f in holder.get("classification:bitfields") or ():
+            if isinstance(f, dict) and f.get("name") is not None and f.get("offset") is not None:
+                out["bitfields"].setdefault(str(f["name"]), (int(f["offset"]), int(f.get("length") or 1)))
+    return out if out["classes"] or out["bitfields"] else None
 
 
 def _nth(entries: Any, k: int) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ from pipeline.inputs.stac_fields import (
     CLASSIFICATION,
     band_count,
     band_index,
+    classification_of,
     is_categorical,
     is_raster_asset,
     item_base,
@@ -284,9 +285,10 @@ def asset_rows_from_arrow(
         for k in np.unique(kvals[good]).tolist():
             sel = good[kvals[good] == k]
             categorical = bool(sample is not None and is_categorical(sample, k))
-            parts.append(
-                _band_part(table, sub, band, k, sel, categorical, ids, collection, times, lon, base, alternate)
-            )
+            part = _band_part(table, sub, band, k, sel, categorical, ids, collection, times, lon, base, alternate)
+            part["classification"] = np.empty(len(sel), dtype=object)
+            part["classification"][:] = [None if sample is None else classification_of(sample, k)] * len(sel)
+            parts.append(part)
     if not parts:
         return {c: np.empty(0) for c in ASSET_COLUMNS}
     return {c: np.concatenate([p[c] for p in parts]) for c in ASSET_COLUMNS}

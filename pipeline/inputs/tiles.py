@@ -161,5 +161,8 @@ class Catalog:
     """Extra attributes per output band: STAC scale/offset as CF ``scale_factor``/``add_offset``, ``units``."""
     categorical: frozenset[str] = frozenset()
     """Bands whose STAC metadata marks them as classes or bit flags (``classification:*``)."""
+    classification: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    """Per band, its STAC classification names: ``{"classes": {name: value}, "bitfields": {name: (offset,
+    length)}}`` (:func:`pipeline.inputs.stac_fields.classification_of`)."""
     network: dict[str, Any] | None = None
     """What the header reads cost on the network (:func:`pipeline.inputs.netstats.take`); None: all local."""

@@ -17,7 +17,7 @@ import os
 import pickle
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # workers import this module for its task types only
     from pipeline.inputs.tiles import TileTable
 
 from pipeline.errors import ConfigError
+from pipeline.planning.composite import match_masks, period_starts, stack_bytes, strip_rows
 from pipeline.planning.grid import GridSpec, compute_grid, offset_transform
 from pipeline.planning.windows import (  # noqa: F401 - OVERVIEW_METHODS, OVERVIEW_TOLERANCE: importable from here too
     KERNEL_PAD,
@@ -40,6 +41,9 @@ from pipeline.planning.windows import (  # noqa: F401 - OVERVIEW_METHODS, OVERVI
     size_matrix,
     stable_order,
 )
+
+COUNT_NAME = "clear_count"
+"""The array ``composite.count`` adds."""
 
 SNAP_TO_GROUP = 1.0
 """A partition cut moves to the start of a band and date when that is within this many partitions' shares
@@ -67,6 +71,23 @@ class SourceWindow:
     only this part is resampled. None: the whole chunk."""
     band_index: int = 1
     """The file's band to read (1-based): a STAC multi-band asset's chosen band."""
+    layer: int = 0
+    """The tile's date: its index into ``Plan.dates`` (a composite's job fuses each date, then reduces them)."""
+    mask: MaskSource | None = None
+    """The tile that judges this tile's pixels (``mask.band`` of the same tile and date), or None."""
+
+
+@dataclass(frozen=True)
+class MaskSource:
+    """A mask tile, read whole-resolution in the window a data window needs
+    (:func:`pipeline.resample.mask.mask_window`)."""
+
+    path: str
+    band_index: int
+    transform: tuple[float, float, float, float, float, float]
+    """The file's affine at full resolution (masks are categorical: overviews are never read)."""
+    width: int
+    height: int
 
 
 @dataclass(frozen=True)
@@ -103,9 +124,11 @@ class Partition:
         files: dict[tuple[str, int, int], int] = {}
         file_rows: list[tuple[str, int, str, float, float, float, float, float, int]] = []
         bands: dict[str, int] = {}
-        src_file, src_win, src_cf, src_dst, job_rows, job_cost = [], [], [], [], [], []
+        masks: dict[MaskSource, int] = {}
+        src_file, src_win, src_cf, src_dst, job_rows, job_cost, src_lm = [], [], [], [], [], [], []
         for j in self.jobs:
             for w in j.sources:
+                src_lm.append((w.layer, -1 if w.mask is None else masks.setdefault(w.mask, len(masks))))
                 k = files.setdefault((w.path, w.overview_level, w.band_index), len(files))
                 if k == len(file_rows):
                     t = w.transform
@@ -123,18 +146,35 @@ class Partition:
             np.asarray(src_dst, dtype=np.int32).reshape(-1, 4),
             np.asarray(job_rows, dtype=np.int32).reshape(-1, 9),
             np.asarray(job_cost, dtype=np.int64),
+            np.asarray(src_lm, dtype=np.int32).reshape(-1, 2),
         )
         # Paths share their folders, and the integer columns are regular: both shrink well.
         prefix = os.path.commonprefix([r[0] for r in file_rows])
         rows = tuple((r[0][len(prefix) :], *r[1:]) for r in file_rows)
         blob = zlib.compress(pickle.dumps(arrays, protocol=5), 1)
-        return _unpack_partition, (self.index, self.key, self.cost_bytes, tuple(bands), prefix, rows, blob)
+        return _unpack_partition, (
+            self.index,
+            self.key,
+            self.cost_bytes,
+            tuple(bands),
+            prefix,
+            rows,
+            blob,
+            tuple(masks),
+        )
 
 
 def _unpack_partition(
-    index: int, key: str, cost: int, bands: tuple[str, ...], prefix: str, rows: tuple[tuple[Any, ...], ...], blob: bytes
+    index: int,
+    key: str,
+    cost: int,
+    bands: tuple[str, ...],
+    prefix: str,
+    rows: tuple[tuple[Any, ...], ...],
+    blob: bytes,
+    masks: tuple[MaskSource, ...] = (),
 ) -> Partition:
-    src_file, src_win, src_cf, src_dst, job_rows, job_cost = pickle.loads(zlib.decompress(blob))
+    src_file, src_win, src_cf, src_dst, job_rows, job_cost, src_lm = pickle.loads(zlib.decompress(blob))
     file_rows = tuple((prefix + r[0], *r[1:]) for r in rows)
     jobs, s = [], 0
     for row, cost_bytes in zip(job_rows.tolist(), job_cost.tolist(), strict=True):
@@ -155,6 +195,8 @@ def _unpack_partition(
                     nodata=nodata,
                     dst_window=None if dh < 0 else (dr, dc, dh, dw),
                     band_index=bidx,
+                    layer=int(src_lm[k, 0]),
+                    mask=None if src_lm[k, 1] < 0 else masks[int(src_lm[k, 1])],
                 )
             )
         s += n
@@ -178,6 +220,21 @@ class BandSpec:
     """Extra array attributes, e.g. CF ``scale_factor``/``add_offset``/``units`` from STAC."""
     resampling: str = "average"
     """This band's resampling method."""
+    source_dtype: str | None = None
+    """The dtype of the tiles and of each date's fused layer, where the cube's differs (a ``count``
+    composite); None: ``dtype``."""
+    source_nodata: float | None = None
+    """The layers' nodata where the cube's differs; None: ``nodata``."""
+
+    @property
+    def layer_dtype(self) -> str:
+        """The dtype tiles are read, resampled and fused in."""
+        return self.source_dtype or self.dtype
+
+    @property
+    def layer_nodata(self) -> float:
+        """The nodata of tiles and fused layers."""
+        return self.nodata if self.source_nodata is None else self.source_nodata
 
 
 @dataclass(frozen=True)
@@ -207,6 +264,12 @@ class PlanTables:
     job_cost: np.ndarray
     part_start: np.ndarray
     """(partitions + 1) offsets into the jobs."""
+    layer: np.ndarray | None = None
+    """Per tile, its date's index into ``Plan.dates``; None: each tile's time step (no composite)."""
+    mask_of: np.ndarray | None = None
+    """Per tile, the row of the mask table that judges it (-1: none); None: no mask."""
+    masks: tuple[MaskSource, ...] = ()
+    """The mask table: every mask tile a data tile is judged by."""
 
 
 class Partitions(Sequence[Partition]):
@@ -273,6 +336,7 @@ class Partitions(Sequence[Partition]):
         for p in range(int(t.job_start[j]), int(t.job_start[j + 1])):
             i = int(t.pair_tile[p])
             r0, c0, r1, c1 = (int(v) for v in t.pair_win[p])
+            m = -1 if t.mask_of is None else int(t.mask_of[i])
             sources.append(
                 SourceWindow(
                     path=t.paths[i],
@@ -283,6 +347,8 @@ class Partitions(Sequence[Partition]):
                     nodata=float(t.nodata[i]),
                     dst_window=self._covered(window, t.footprints[i]),
                     band_index=int(t.bidx[i]),
+                    layer=int(t.job_t[j]) if t.layer is None else int(t.layer[i]),
+                    mask=None if m < 0 else t.masks[m],
                 )
             )
         return ChunkJob(
@@ -326,6 +392,33 @@ class Plan:
     full_with_overviews: int = 0
     """Tiles read at full resolution whose files have overviews (their band's method reads none, or the
     overviews are coarser than the grid)."""
+    dates: tuple[str, ...] = ()
+    """ISO dates of the observations (each a fused layer); ``times`` unless a composite reduces them."""
+    composite: tuple[str, str] | None = None
+    """(period, reducer) of a composite; None: one time step per date."""
+    strip_rows: int = 0
+    """Rows of the strips a chunk is computed in (a divisor of the chunk's height); the chunk's height
+    where its stack of dates fits ``stack_budget``."""
+    stack_mb: float = 0.0
+    """The most one chunk's composite holds at once, in MB (a strip's, where chunks are split)."""
+    stack_budget_mb: float = 0.0
+    """What one chunk's stack may hold (``composite.stack_mb``)."""
+    mask_band: str | None = None
+    """``mask.band``: judges every other band's tiles before resampling."""
+    unmasked: tuple[str, ...] = ()
+    """Data tiles with no mask tile of the same tile and date: not planned (the run lists them as skipped)."""
+    count_band: BandSpec | None = None
+    """``clear_count`` (``composite.count``): written by the first band's tasks."""
+
+    @property
+    def output_bands(self) -> tuple[BandSpec, ...]:
+        """Every array of bands the cube holds: the bands, and ``clear_count`` where asked for."""
+        return (*self.bands, *([self.count_band] if self.count_band else []))
+
+    @property
+    def strips(self) -> int:
+        """Row strips per chunk (1: whole chunks)."""
+        return max(1, self.grid.chunks_yx[0] // self.strip_rows) if self.strip_rows else 1
 
 
 def compute_band_methods(
@@ -395,6 +488,10 @@ def compute_plan(
     shards_yx: tuple[int, int] | None = None,
     categorical: frozenset[str] = frozenset(),
     inferred: dict[str, str] | None = None,
+    mask_band: str | None = None,
+    composite: tuple[str, str] | None = None,
+    stack_budget_mb: float = float("inf"),
+    clear_count: bool = False,
 ) -> Plan:
     """Plan the whole run. ``tiles`` is the catalog's table (sorted by path: the fuse order).
 
@@ -402,7 +499,56 @@ def compute_plan(
     bands). Each tile's overview level and window padding follow its band's method.
 
     ``shards_yx``: the store's shard shape (multiples of ``chunks_yx``). Jobs are then ordered shard by
-    shard and partitions hold whole shards, so no two tasks ever write one shard object."""
+    shard and partitions hold whole shards, so no two tasks ever write one shard object.
+
+    ``mask_band``: the band whose tile of the same tile and date judges each other tile's pixels; its tiles
+    are planned as masks only (and as output too where ``bands_order`` lists the band). A data tile with no
+    mask tile is left out and listed in ``Plan.unmasked``.
+
+    ``composite``: (period, reducer). A job is then one chunk's whole stack of the period's dates (each
+    date's tiles fused into one layer, then reduced), ordered by date and, within a date, in fuse order.
+    Partitions are packed by the bytes of those stacks; a chunk whose stack exceeds ``stack_budget_mb``
+    is computed in row strips (split in space, never in time), all in one task, which writes it once.
+    ``clear_count``: the plan's ``count_band``, the observations of the first band used per pixel and step."""
+    unmasked: tuple[str, ...] = ()
+    mask_table: tuple[MaskSource, ...] = ()
+    mask_of = None
+    if mask_band is not None:
+        names = tiles["band"]
+        out_names = set(bands_order) if bands_order else set(names.tolist()) - {mask_band}
+        is_mask = names == mask_band
+        masks = tiles.rows(is_mask)
+        tiles = tiles.rows(np.fromiter((b in out_names for b in names.tolist()), bool, len(names)))
+        mask_of = match_masks(tiles, masks)
+        mask_of[tiles["band"] == mask_band] = -1  # the mask band itself, where written, is not masked
+        lost = (mask_of < 0) & (tiles["band"] != mask_band)
+        unmasked = tuple(tiles["path"][lost].tolist())
+        if lost.any():
+            tiles, mask_of = tiles.rows(~lost), mask_of[~lost]
+        used = np.unique(mask_of[mask_of >= 0])
+        remap = np.full(len(masks), -1, dtype=np.int64)
+        remap[used] = np.arange(len(used))
+        mask_of = np.where(mask_of >= 0, remap[np.maximum(mask_of, 0)], -1)
+        mask_table = tuple(
+            MaskSource(
+                path=str(masks["path"][k]),
+                band_index=int(masks["bidx"][k]) if "bidx" in masks else 1,
+                transform=tuple(float(masks[c][k]) for c in "abcdef"),  # type: ignore[arg-type]
+                width=int(masks["width"][k]),
+                height=int(masks["height"][k]),
+            )
+            for k in used.tolist()
+        )
+    dates = np.unique(tiles["date"])
+    layer = None
+    if composite is not None:
+        # Tiles by date, then in path order (stable): a job's pairs come out in (date, fuse order).
+        tile_date = np.searchsorted(dates, tiles["date"])
+        order = np.argsort(tile_date, kind="stable")
+        tiles, tile_date = tiles.rows(order), tile_date[order]
+        if mask_of is not None:
+            mask_of = mask_of[order]
+        layer = tile_date
     footprints = compute_footprints(tiles, crs)
     if bounds is None:
         bounds = (
@@ -415,8 +561,30 @@ def compute_plan(
     band_names, band_code = tiles.codes("band")
     methods = compute_band_methods(list(bands_order or band_names), resampling, categorical)
     bands = compute_band_specs(tiles, bands_order, band_attrs, methods)
+    count_band = None
+    if composite is not None and composite[1] == "count":
+        bands = tuple(
+            replace(b, dtype="uint16", nodata=0.0, source_dtype=b.dtype, source_nodata=b.nodata) for b in bands
+        )
+    if composite is not None and clear_count:
+        attrs = (("long_name", f"clear observations of {bands[0].name} per pixel and {composite[0]} step"),)
+        count_band = BandSpec(name=COUNT_NAME, dtype="uint16", nodata=0.0, attrs=attrs, resampling="nearest")
     band_index = {b.name: i for i, b in enumerate(bands)}
-    times = np.unique(tiles["date"])
+    starts = period_starts(tiles["date"], composite[0]) if composite is not None else tiles["date"]
+    times = np.unique(starts)
+    itemsize = np.array([np.dtype(b.dtype).itemsize for b in bands])
+
+    # A composite chunk's stack may not fit a worker: it is then computed in row strips of a compute grid
+    # whose chunks tile the output's (windows are planned per strip; a task writes each chunk once).
+    strip_h = chunks_yx[0]
+    stack = 0
+    if composite is not None and len(tiles):
+        per_period = np.bincount(np.searchsorted(times, starts), minlength=len(times))
+        n_layers = int(max(len(np.unique(tiles["date"][starts == t])) for t in times[per_period > 0]))
+        need = stack_bytes(composite[1], n_layers, chunks_yx[0] * chunks_yx[1], int(itemsize.max()))
+        strip_h = strip_rows(chunks_yx[0], need, stack_budget_mb * 1e6)
+        stack = need * strip_h // chunks_yx[0]
+    cgrid = replace(grid, chunks_yx=(strip_h, chunks_yx[1]))
 
     tile_method = np.array([methods.get(b, "average") for b in band_names], dtype=object)[band_code]
     tile_pad = np.array([KERNEL_PAD[methods.get(b, "average")] for b in band_names], dtype=np.int64)[band_code]
@@ -443,14 +611,13 @@ def compute_plan(
     chunk_rank = np.empty(ny * nx, dtype=np.int64)
     chunk_rank[np.lexsort((cxs, cys, cxs // per_shard[1], cys // per_shard[0]))] = np.arange(ny * nx)
     tile_band = np.array([band_index[b] for b in band_names], dtype=np.int64)[band_code]
-    tile_t = np.searchsorted(times, tiles["date"])
+    tile_t = np.searchsorted(times, starts)
     tile_tb = tile_t * len(bands) + tile_band  # (time, band) of each tile as one key
     pair_rank = chunk_rank[cp_cy * nx + cp_cx][pair_cp]
     pair_tb = tile_tb[tile_of]
     order = stable_order(pair_tb, pair_rank, len(times) * len(bands), ny * nx)
     tile_of, pair_cp, pair_tb, pair_rank = tile_of[order], pair_cp[order], pair_tb[order], pair_rank[order]
     win = cp_win[pair_cp]
-    itemsize = np.array([np.dtype(b.dtype).itemsize for b in bands])
     pair_px = ((cp_win[:, 2] - cp_win[:, 0]) * (cp_win[:, 3] - cp_win[:, 1]))[pair_cp]
 
     paths = tiles["path"].astype(object)
@@ -466,14 +633,41 @@ def compute_plan(
     job_band, job_t = tile_band[tile_of[job_first]], tile_t[tile_of[job_first]]
     job_cy, job_cx = cp_cy[pair_cp[job_first]], cp_cx[pair_cp[job_first]]
     h, w = grid.shape_yx
-    out_px = np.minimum(ch, h - job_cy * ch) * np.minimum(cw, w - job_cx * cw)
     # A job's pairs share its band, so its read bytes are its windows' pixels times the band's item size.
     read_bytes = np.add.reduceat(pair_px, job_first) * itemsize[job_band] if n_pairs else np.zeros(0, dtype=np.int64)
+    per_chunk = ch // strip_h
+    if per_chunk > 1 and n_pairs:
+        # Each chunk job becomes its strips, in order, each with the chunk's source windows: a strip is
+        # resampled from the very windows the whole chunk is, so its pixels are the chunk's, bit for bit.
+        k_of = -(-np.minimum(ch, h - job_cy * ch) // strip_h)
+        rep = np.repeat(np.arange(len(job_first)), k_of)
+        strip = np.arange(len(rep)) - np.repeat(np.cumsum(k_of) - k_of, k_of)
+        n_src = np.diff(job_start)[rep]
+        new_start = np.concatenate([[0], np.cumsum(n_src)]).astype(np.int64)
+        pair_src = np.repeat(job_start[rep], n_src) + np.arange(int(new_start[-1])) - np.repeat(new_start[:-1], n_src)
+        tile_of, win = tile_of[pair_src], win[pair_src]
+        job_band, job_t, job_cx, read_bytes = job_band[rep], job_t[rep], job_cx[rep], read_bytes[rep]
+        job_cy = job_cy[rep] * per_chunk + strip  # rows of strips
+        job_first, job_start, n_pairs = new_start[:-1], new_start, len(tile_of)
+    out_px = np.minimum(strip_h, h - job_cy * strip_h) * np.minimum(cw, w - job_cx * cw)
     job_cost = (read_bytes + out_px * itemsize[job_band]).astype(np.int64)
+    if composite is not None and n_pairs:  # and the stack it holds: median keeps every date's layer
+        pair_layer = layer[tile_of] if layer is not None else np.zeros(n_pairs, dtype=np.int64)
+        new_layer = np.ones(n_pairs, dtype=bool)
+        new_layer[1:] = pair_layer[1:] != pair_layer[:-1]
+        new_layer[job_first] = True
+        job_layers = np.add.reduceat(new_layer.astype(np.int64), job_first)
+        job_cost += np.array(
+            [
+                stack_bytes(composite[1], int(n), int(px), int(itemsize[b]))
+                for n, px, b in zip(job_layers, out_px, job_band, strict=True)
+            ],
+            dtype=np.int64,
+        )
     group_first = np.flatnonzero(np.diff(np.stack([job_t, job_band]), axis=1, prepend=-1).any(axis=0))
     unit_first = None
-    if shards_yx is not None:
-        shard_of = np.stack([job_t, job_band, job_cy // per_shard[0], job_cx // per_shard[1]])
+    if shards_yx is not None or per_chunk > 1:  # a shard, or a chunk's strips: written whole by one task
+        shard_of = np.stack([job_t, job_band, job_cy // per_chunk // per_shard[0], job_cx // per_shard[1]])
         unit_first = np.flatnonzero(np.diff(shard_of, axis=1, prepend=-1).any(axis=0))
     part_start = pack_partitions(job_cost, partition_mb * 1e6, group_start=group_first, unit_start=unit_first)
 
@@ -494,6 +688,9 @@ def compute_plan(
         job_start=job_start,
         job_cost=job_cost,
         part_start=part_start,
+        layer=layer,
+        mask_of=mask_of,
+        masks=mask_table,
     )
     read = np.zeros(len(tiles), dtype=bool)
     read[tile_of] = True
@@ -504,9 +701,9 @@ def compute_plan(
         times=tuple(str(np.datetime64(t, "s")) for t in times),
         resampling=resampling if isinstance(resampling, str) else resampling.get("*", "average"),
         fuse=fuse,
-        partitions=Partitions(tables, grid, bands, key_prefix),
+        partitions=Partitions(tables, cgrid, bands, key_prefix),
         tables=tables,
-        n_chunks=len(bands) * len(times) * ny * nx,
+        n_chunks=len(bands) * len(times) * grid.n_chunks_yx[0] * grid.n_chunks_yx[1],
         n_jobs=len(job_first),
         n_pairs=n_pairs,
         bytes_read=int(read_bytes.sum()),
@@ -517,6 +714,14 @@ def compute_plan(
         },
         inferred=tuple(sorted((inferred or {}).items())),
         full_with_overviews=int((read & (levels < 0) & has_overviews).sum()),
+        dates=tuple(str(np.datetime64(t, "s")) for t in dates),
+        composite=composite,
+        strip_rows=strip_h,
+        stack_mb=stack / 1e6,
+        stack_budget_mb=stack_budget_mb,
+        mask_band=mask_band,
+        unmasked=unmasked,
+        count_band=count_band,
     )
 
 

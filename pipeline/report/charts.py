@@ -7,13 +7,15 @@ import base64
 import io
 from typing import Any
 
-from pipeline.report.summary import STAGES
+from pipeline.report.summary import STAGES, TASK_STAGES
 
 COLOURS = {
     "index": "#8c8c8c",
     "plan": "#b07aa1",
     "read": "#4e79a7",
+    "mask": "#76b7b2",
     "resample": "#f28e2b",
+    "reduce": "#ff9da7",
     "write": "#59a14f",
     "finalize": "#edc948",
     "overhead": "#e15759",
@@ -41,7 +43,7 @@ def _uri(fig: Any) -> str:
 def stage_chart(report: dict[str, Any]) -> str:
     """Wall-clock seconds per stage, one bar each."""
     fig, ax = _figure(8, 3.2)
-    values = [report["stages"][s] for s in STAGES]
+    values = [report["stages"].get(s, 0.0) for s in STAGES]
     ax.barh(list(STAGES)[::-1], values[::-1], color=[COLOURS[s] for s in STAGES][::-1])
     for y, v in enumerate(values[::-1]):
         ax.text(v, y, f" {v:.2f} s", va="center", fontsize=8)
@@ -61,23 +63,24 @@ def timeline_chart(report: dict[str, Any]) -> str:
     for row, w in enumerate(workers):
         for t in (t for t in tasks if t["worker"] == w):
             x = t["start"] - t0
-            for s in ("read", "resample", "write"):
-                ax.barh(row, t[f"{s}_s"], left=x, color=COLOURS[s], height=0.7)
-                x += t[f"{s}_s"]
+            for s in TASK_STAGES:
+                ax.barh(row, t.get(f"{s}_s", 0.0), left=x, color=COLOURS[s], height=0.7)
+                x += t.get(f"{s}_s", 0.0)
             rest = (t["end"] - t["start"]) - (x - (t["start"] - t0))
             if rest > 0:
                 ax.barh(row, rest, left=x, color=COLOURS["overhead"], height=0.7)
     ax.set_yticks(range(len(workers)), [f"worker {w}" for w in workers])
     ax.set_xlabel("seconds since the first task started")
     ax.set_title("Task timeline (read / resample / write / other)")
-    handles = [Rectangle((0, 0), 1, 1, color=COLOURS[s]) for s in ("read", "resample", "write", "overhead")]
+    shown = [s for s in TASK_STAGES if any(t.get(f"{s}_s", 0.0) for t in tasks) or s in ("read", "resample", "write")]
+    handles = [Rectangle((0, 0), 1, 1, color=COLOURS[s]) for s in (*shown, "overhead")]
     ax.legend(
         handles,
-        ["read", "resample", "write", "other"],
+        [*shown, "other"],
         loc="upper center",
         bbox_to_anchor=(0.5, -0.35),
         fontsize=7,
-        ncol=4,
+        ncol=len(shown) + 1,
         frameon=False,
     )
     return _uri(fig)
@@ -133,8 +136,14 @@ def compare_chart(new: dict[str, Any], old: dict[str, Any]) -> str:
 
     fig, ax = _figure(8, 3.6)
     y = np.arange(len(STAGES))[::-1]
-    ax.barh(y + 0.2, [old["stages"][s] for s in STAGES], height=0.4, color=OLD_COLOUR, label="old")
-    ax.barh(y - 0.2, [new["stages"][s] for s in STAGES], height=0.4, color=[COLOURS[s] for s in STAGES], label="new")
+    ax.barh(y + 0.2, [old["stages"].get(s, 0.0) for s in STAGES], height=0.4, color=OLD_COLOUR, label="old")
+    ax.barh(
+        y - 0.2,
+        [new["stages"].get(s, 0.0) for s in STAGES],
+        height=0.4,
+        color=[COLOURS[s] for s in STAGES],
+        label="new",
+    )
     ax.set_yticks(y, list(STAGES))
     ax.set_xlabel("wall-clock seconds")
     ax.set_title(f"Stages: old (grey) {old['wall_s']:.2f} s wall, new (colour) {new['wall_s']:.2f} s wall")

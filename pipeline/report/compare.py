@@ -32,7 +32,9 @@ def _verdict(old: str | None, new: str | None) -> str:
 
 def compare_reports(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
     """Rows for each stage (and the wall), each diagnostic and each setting that differs: old, new, change."""
-    rows = [("wall", old["wall_s"], new["wall_s"])] + [(s, old["stages"][s], new["stages"][s]) for s in STAGES]
+    rows = [("wall", old["wall_s"], new["wall_s"])] + [
+        (s, old["stages"].get(s, 0.0), new["stages"].get(s, 0.0)) for s in STAGES
+    ]
     stages = [
         {"stage": s, "old_s": a, "new_s": b, "delta_s": b - a, "ratio": b / a if a > 0 else None} for s, a, b in rows
     ]

@@ -10,11 +10,43 @@ from collections import defaultdict
 from typing import Any
 
 from pipeline.report.remote_checks import check_object_sizes, network_checks
-from pipeline.report.summary import max_concurrency
+from pipeline.report.summary import TASK_STAGES, max_concurrency
 
 
 def _check(check: str, warn: bool, detail: str, advice: str) -> dict[str, str]:
     return {"check": check, "status": "warn" if warn else "ok", "detail": detail, "advice": advice if warn else ""}
+
+
+FEW_CLEAR = {"median": 3, "mean": 3}
+"""``clear_observations``: a pixel of a period with fewer clear observations than this is thinly observed (a
+median of one or two dates is one of them, clouds' edges and all); for the other reducers, one will do."""
+
+FEW_CLEAR_SHARE = 0.10
+"""``clear_observations`` warns when over this share of a period's covered pixels are thinly observed."""
+
+
+def check_clear_observations(report: dict[str, Any]) -> dict[str, str]:
+    """Composite periods in which many covered pixels have few clear observations (after the mask)."""
+    comp = report["composite"]
+    need = FEW_CLEAR.get(comp["reducer"], 1)
+    thin: list[tuple[str, float, float]] = []
+    for step, hist in comp.get("clear_observations", {}).items():
+        total = sum(hist)
+        if total:
+            thin.append((step, sum(hist[:need]) / total, hist[0] / total))
+    bad = [t for t in thin if t[1] > FEW_CLEAR_SHARE]
+    worst = max(thin, key=lambda t: t[1], default=None)
+    excluded = report.get("mask", {}).get("exclude", [])
+    detail = (
+        f"{len(bad)} of {len(thin)} {comp['period']} steps have over {FEW_CLEAR_SHARE:.0%} of their pixels with "
+        f"fewer than {need} clear observation{'s' if need > 1 else ''}"
+        + (f"; worst {worst[0][:10]}: {worst[1]:.0%} ({worst[2]:.0%} with none)" if worst else "")
+    )
+    longer = {"P16D": "P1M", "P1M": "P3M", "P3M": "P1Y", "P1Y": "all"}.get(comp["period"])
+    advice = (
+        f"a longer period (composite.period: {longer}) gives each pixel more dates" if longer else "more dates"
+    ) + (f", or exclude fewer classes (mask.exclude: {excluded})" if excluded else "")
+    return _check("clear_observations", bool(bad), detail, advice)
 
 
 TASK_OVERHEAD_SHARE = 0.10
@@ -81,7 +113,7 @@ def compute_task_overhead(tasks: list[dict[str, Any]]) -> tuple[float, float]:
     for ts in by_worker.values():
         ts.sort(key=lambda t: t["start"])
         gaps += [max(b["start"] - a["end"], 0.0) for a, b in zip(ts, ts[1:], strict=False)]
-    inside = [max(t["end"] - t["start"] - (t["read_s"] + t["resample_s"] + t["write_s"]), 0.0) for t in tasks]
+    inside = [max(t["end"] - t["start"] - sum(t.get(f"{s}_s", 0.0) for s in TASK_STAGES), 0.0) for t in tasks]
     median = (statistics.median(gaps) if gaps else 0.0) + (statistics.median(inside) if inside else 0.0)
     return median, sum(gaps) + sum(inside)
 
@@ -206,9 +238,11 @@ def compute_diagnostics(report: dict[str, Any]) -> list[dict[str, str]]:
     out.append(_check_overviews(report))
     out.append(_check_nodata(report))
     out.append(_check_worker_memory(report))
+    if report.get("composite"):
+        out.append(check_clear_observations(report))
 
     st = report["stage_task_s"]
-    io, compute = st["read"] + st["write"], st["resample"]
+    io, compute = st["read"] + st["write"], st["resample"] + st.get("mask", 0.0) + st.get("reduce", 0.0)
     io_share = io / (io + compute) if io + compute else 0.0
     bound = "I/O-bound" if io_share >= 0.5 else "compute-bound"
     advice = (

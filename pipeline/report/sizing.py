@@ -1,8 +1,8 @@
 """How many workers a run needs: per-byte stage costs measured by one run, applied to another plan.
 
 Pure functions over a run report (what was measured) and a plan summary (what
-is to be done). Task stages spread over workers: ``read`` and ``resample`` are
-charged per decoded byte read, ``write`` per raw byte written. Driver stages
+is to be done). Task stages spread over workers: ``read``, ``mask``, ``resample``
+and ``reduce`` are charged per decoded byte read, ``write`` per raw byte written. Driver stages
 (planning, finalising; indexing unless the index is trusted) are serial and
 charged per file. Workers are single-threaded and as fast as the measured ones.
 """
@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-TASK_STAGES = ("read", "resample", "write")
+TASK_STAGES = ("read", "mask", "resample", "reduce", "write")
+PER_BYTE_READ = ("read", "mask", "resample", "reduce")
 
 FULL_FILES = 192_000
 """The published case study: 192,000 satellite files ..."""
@@ -30,8 +31,7 @@ def measure_costs(report: dict[str, Any]) -> dict[str, float]:
     written_b = max(sum(t["bytes_written"] for t in report["tasks"]), 1)
     files = max(report["inputs"]["files"], 1)
     return {
-        "read_s_per_byte": st["read"] / read_b,
-        "resample_s_per_byte": st["resample"] / read_b,
+        **{f"{s}_s_per_byte": st.get(s, 0.0) / read_b for s in PER_BYTE_READ},
         "write_s_per_byte": st["write"] / written_b,
         "index_s_per_file": st["index"] / files,
         "plan_s_per_file": st["plan"] / files,
@@ -53,11 +53,8 @@ def estimate_workers(
 
     ``driver_s``: the index+plan time when it was measured on this very plan (else extrapolated per file).
     """
-    task_s = {
-        "read": costs["read_s_per_byte"] * bytes_read,
-        "resample": costs["resample_s_per_byte"] * bytes_read,
-        "write": costs["write_s_per_byte"] * bytes_written,
-    }
+    task_s = {s: costs.get(f"{s}_s_per_byte", 0.0) * bytes_read for s in PER_BYTE_READ}
+    task_s["write"] = costs["write_s_per_byte"] * bytes_written
     if driver_s is not None:
         serial = driver_s + costs["finalize_s"]
     else:
@@ -99,11 +96,8 @@ def project_wall(report: dict[str, Any], plan_summary: dict[str, Any], workers: 
     over the workers, the plan's own measured index+plan time, the measured finalising, and the measured
     run's fixed overhead (workers' start and stop, scheduling: its ``overhead`` stage)."""
     costs = measure_costs(report)
-    task_s = {
-        "read": costs["read_s_per_byte"] * plan_summary["bytes_to_read"],
-        "resample": costs["resample_s_per_byte"] * plan_summary["bytes_to_read"],
-        "write": costs["write_s_per_byte"] * plan_summary["bytes_out"],
-    }
+    task_s = {s: costs.get(f"{s}_s_per_byte", 0.0) * plan_summary["bytes_to_read"] for s in PER_BYTE_READ}
+    task_s["write"] = costs["write_s_per_byte"] * plan_summary["bytes_out"]
     serial = float(plan_summary.get("driver_s") or 0.0) + costs["finalize_s"]
     overhead = float(report["stages"].get("overhead", 0.0))
     wall = serial + sum(task_s.values()) / max(workers, 1) + overhead
@@ -138,7 +132,7 @@ def format_estimate(e: dict[str, Any], title: str) -> str:
         f"{title}",
         f"  to read {e['bytes_read'] / 1e9:,.1f} GB decoded, write {e['bytes_written'] / 1e9:,.1f} GB raw; "
         f"task work {e['task_core_hours']:,.1f} core-hours ("
-        + ", ".join(f"{s} {v / total:.0%}" for s, v in e["task_s"].items())
+        + ", ".join(f"{s} {v / total:.0%}" for s, v in e["task_s"].items() if v)
         + ")",
         f"  serial driver work {e['serial_driver_s']:.1f} s (planning {e['files']:,} files, finalising)",
     ]

@@ -9,7 +9,9 @@ Stage accounting
   ``write`` also gets the driver's time to create the store template.
 * During the parallel phase, ``T`` worker threads run tasks. A task-second
   spent reading is 1/T of a wall-second of the whole cluster, so each of
-  ``read``, ``resample`` and ``write`` gets ``task_seconds / T`` wall seconds.
+  ``read``, ``mask`` (reading and judging mask tiles, dropping pixels),
+  ``resample`` (with fusing), ``reduce`` (a composite's reduction over dates)
+  and ``write`` gets ``task_seconds / T`` wall seconds.
 * ``overhead`` is the rest: cluster start, scheduling, transfers, idle
   threads and the driver's bookkeeping. A large overhead is idle capacity.
 
@@ -27,8 +29,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-STAGES = ("index", "plan", "read", "resample", "write", "finalize", "overhead")
-TASK_STAGES = ("read", "resample", "write")
+STAGES = ("index", "plan", "read", "mask", "resample", "reduce", "write", "finalize", "overhead")
+TASK_STAGES = ("read", "mask", "resample", "reduce", "write")
 
 
 class StageClock:
@@ -56,7 +58,7 @@ def compute_stages(
     wall_s: float, driver_s: dict[str, float], tasks: list[dict[str, Any]], threads: int
 ) -> tuple[dict[str, float], dict[str, float]]:
     """(stages, stage_task_s) as described in the module docstring."""
-    task_s = {s: sum(t[f"{s}_s"] for t in tasks) for s in TASK_STAGES}
+    task_s = {s: sum(t.get(f"{s}_s", 0.0) for t in tasks) for s in TASK_STAGES}
     inside = sum(t["end"] - t["start"] for t in tasks) - sum(task_s.values())
     stages = {s: float(driver_s.get(s, 0.0)) for s in ("index", "plan", "finalize")}
     for s in TASK_STAGES:
@@ -101,7 +103,9 @@ def format_report(report: dict[str, Any]) -> str:
         f"{'stage':<10}{'wall s':>9}{'share':>8}{'task s':>9}{'MB/s':>9}{'files/s':>9}",
     ]
     for s in STAGES:
-        sec = report["stages"][s]
+        sec = report["stages"].get(s, 0.0)
+        if s in ("mask", "reduce") and not sec:
+            continue  # a run with no mask or composite
         rate = files_rate = ""
         if s == "read" and sec > 0:
             rate, files_rate = f"{mb_read / sec:9.1f}", f"{files / sec:9.1f}"
@@ -110,7 +114,7 @@ def format_report(report: dict[str, Any]) -> str:
         elif s == "index" and sec > 0:
             files_rate = f"{files / sec:9.1f}"
         lines.append(
-            f"{s:<10}{sec:9.2f}{sec / wall if wall else 0:8.1%}{report['stage_task_s'][s]:9.2f}"
+            f"{s:<10}{sec:9.2f}{sec / wall if wall else 0:8.1%}{report['stage_task_s'].get(s, 0.0):9.2f}"
             f"{rate or '':>9}{files_rate or '':>9}"
         )
     lines.append("")
@@ -143,6 +147,7 @@ def format_report(report: dict[str, Any]) -> str:
             f"p50 {lat.get('p50') or 0:.1f} ms, p99 {lat.get('p99') or 0:.1f} ms"
         )
     lines.append(_format_scheduler(report))
+    lines += _format_composite(report)
     if report["inputs"]["skipped"]:
         lines.append(f"skipped inputs: {len(report['inputs']['skipped'])}")
         lines += [f"  {s['path']}: {s['error']}" for s in report["inputs"]["skipped"][:10]]
@@ -153,6 +158,31 @@ def format_report(report: dict[str, Any]) -> str:
         if d["status"] == "warn" and d["advice"]:
             lines.append(f"       -> {d['advice']}")
     return "\n".join(lines)
+
+
+def _format_composite(report: dict[str, Any]) -> list[str]:
+    """The mask (what it dropped, per band over the dates) and the composite (its shape), where the run had them."""
+    lines = []
+    mask = report.get("mask")
+    if mask:
+        parts = []
+        for band, by_date in mask["dropped_fraction"].items():
+            known = [v for v in by_date.values() if v is not None]
+            if known:
+                parts.append(f"{band} {min(known):.0%}-{max(known):.0%}")
+        rule = f"exclude {mask['exclude']}" if mask["exclude"] else ""
+        rule += (", " if rule else "") + (f"bits {mask['exclude_bits']}" if mask["exclude_bits"] else "")
+        lines.append(
+            f"mask: {mask['band']} ({rule}, dilate {mask['dilate']}) dropped per date: " + (", ".join(parts) or "none")
+        )
+    comp = report.get("composite")
+    if comp:
+        lines.append(
+            f"composite: {comp['reducer']} over {comp['period']}: {comp['dates']} dates into {comp['steps']} steps; "
+            f"stack {comp['stack_mb']:.0f} MB per chunk"
+            + (f" ({comp['strips']} row strips per chunk)" if comp["strips"] > 1 else "")
+        )
+    return lines
 
 
 def _format_scheduler(report: dict[str, Any]) -> str:

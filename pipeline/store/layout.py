@@ -372,7 +372,7 @@ def create_store(
     crs_attrs = grid_mapping_attrs(grid.crs, grid.transform)
     arrays.append(_Array("spatial_ref", (), i8, (), 0, "zstd", 0, None, crs_attrs))
     band_attrs = {"grid_mapping": "spatial_ref", "coordinates": "spatial_ref"}
-    for b in plan.bands:
+    for b in plan.output_bands:
         dtype = np.dtype(b.dtype)
         fill = np.nan if math.isnan(b.nodata) else b.nodata
         attrs_b = {**band_attrs, **dict(b.attrs)}
