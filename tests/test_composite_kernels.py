@@ -17,7 +17,7 @@ from affine import Affine
 from rasterio.enums import Resampling
 from scipy import ndimage
 
-from pipeline.resample import reduce
+from pipeline.resample import mask, reduce
 from pipeline.resample.mask import (
     apply_mask,
     dilate,
@@ -454,3 +454,29 @@ def test_the_same_code_on_the_device(xp: Any) -> None:
     np.testing.assert_array_equal(host(got_drop), sample_nearest(host(grown), file_transform, data, (200, 300)))
     masked = apply_mask(xp.asarray(floats[0]), xp.asarray(floats[1] > 300), math.nan, xp=xp)
     np.testing.assert_array_equal(host(masked), apply_mask(floats[0], floats[1] > 300, math.nan))
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16", "int32", "float32", "float64"])
+def test_filled_and_put_give_either_sides_bits(dtype: str) -> None:
+    """The branch-free selection behind apply_mask and the reducers: bit for bit ``np.where``, signed
+    values, NaN, -0.0 and infinities included."""
+    rng = np.random.default_rng(11)
+    if np.dtype(dtype).kind == "f":
+        pool = np.array([-0.0, 0.0, math.nan, math.inf, -math.inf, 1.5, -3.25, 1e30], dtype)
+        a, b = rng.choice(pool, (9, 13)), rng.choice(pool, (9, 13))
+        value = -0.0
+    else:
+        info = np.iinfo(dtype)
+        a = rng.integers(info.min, info.max, (9, 13), endpoint=True).astype(dtype)
+        b = rng.integers(info.min, info.max, (9, 13), endpoint=True).astype(dtype)
+        value = info.min
+    where = rng.random((9, 13)) < 0.5
+    u = f"u{np.dtype(dtype).itemsize}"
+    np.testing.assert_array_equal(
+        mask.filled(a, where, value).view(u), np.where(where, np.asarray(value, dtype), a).view(u)
+    )
+    base = a.copy()
+    mask.put(base, where, b)
+    np.testing.assert_array_equal(base.view(u), np.where(where, b, a).view(u))
+    mask.put(base, ~where, value)
+    np.testing.assert_array_equal(base.view(u), np.where(where, b, np.asarray(value, dtype)).view(u))

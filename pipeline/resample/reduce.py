@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.resample.common import nodata_fill, valid_mask
+from pipeline.resample.mask import filled, put
 
 REDUCERS = ("median", "mean", "min", "max", "first", "last", "count")
 """The reducers a composite may use."""
@@ -155,21 +156,17 @@ class Reduction:
         ok = valid_mask(layer, self.nodata, xp)
         r = self.reducer
         if r == "median":
-            self.layers.append(xp.where(ok, layer, xp.asarray(_highest(self.dtype), dtype=self.dtype)).reshape(-1))
+            self.layers.append(filled(layer, ~ok, _highest(self.dtype), xp).reshape(-1))
         elif r == "mean":
-            self.state += xp.where(ok, layer, xp.zeros((), dtype=self.dtype))
+            self.state += filled(layer, ~ok, 0, xp)
         elif r == "min":
-            xp.minimum(
-                self.state, xp.where(ok, layer, xp.asarray(_highest(self.dtype), dtype=self.dtype)), out=self.state
-            )
+            xp.minimum(self.state, filled(layer, ~ok, _highest(self.dtype), xp), out=self.state)
         elif r == "max":
-            xp.maximum(
-                self.state, xp.where(ok, layer, xp.asarray(_lowest(self.dtype), dtype=self.dtype)), out=self.state
-            )
+            xp.maximum(self.state, filled(layer, ~ok, _lowest(self.dtype), xp), out=self.state)
         elif r == "first":
-            xp.copyto(self.state, layer, where=ok & (self.count == 0))
+            put(self.state, ok & (self.count == 0), layer, xp)
         elif r == "last":
-            xp.copyto(self.state, layer, where=ok)
+            put(self.state, ok, layer, xp)
         self.count += ok
         self.n += 1
 
@@ -186,14 +183,14 @@ class Reduction:
             values = xp.full(self.shape, nodata_fill(self.nodata, self.dtype, xp), dtype=self.dtype)
             if self.layers:
                 self._median_into(values.reshape(-1), count.reshape(-1))
-                xp.copyto(values, nodata_fill(self.nodata, self.dtype, xp), where=empty)
+                put(values, empty, nodata_fill(self.nodata, self.dtype, xp), xp)
             self.layers = []
             return values, count
         values = self.state
         if self.reducer == "mean":
             xp.divide(values, xp.maximum(count, 1), out=values)
             values = _to_dtype(values, self.dtype, xp)
-        xp.copyto(values, nodata_fill(self.nodata, self.dtype, xp), where=empty)
+        put(values, empty, nodata_fill(self.nodata, self.dtype, xp), xp)
         return values.astype(out_dtype, copy=False), count
 
     def _median_into(self, out: Any, count: Any) -> None:
