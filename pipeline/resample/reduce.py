@@ -8,9 +8,9 @@ constant-size state and not kept. ``median`` keeps the layers and sorts each pix
 over blocks of pixels that stay in cache): nodata is mapped to a value that sorts last, each pixel's
 count of clear values picks its middle one or two. That is ``numpy.nanmedian`` over the clear values
 (the two middle values averaged in the layer's float type, or in float64 and rounded half-to-even for
-integers), bit for bit, ~10-20x faster (``bench/reduce.py``; docs/performance.md, "Temporal
-reductions"). A numba kernel per pixel (insertion sort) was slower than the network there and is not
-kept.
+integers), bit for bit, 10-30x faster for 8-32 layers (``bench/reduce.py``; docs/performance.md,
+"Temporal reductions"). A numba kernel per pixel (insertion sort) took 2.6-5.5x the network's time
+there, so none is kept.
 """
 
 from __future__ import annotations
