@@ -60,9 +60,10 @@ bench-deps: $(STAMP)  # the peers (the bench extra; Debian's gdal-bin where it c
 	$(BIN)/python -m compileall -q pipeline
 	-$(BIN)/python -m compileall -qq $(VENV)/lib
 
-bench-kernels: $(STAMP)  ## array kernels vs GDAL's warper, Mpx/s per method, one core; the compiled kernels vs NumPy's
+bench-kernels: $(STAMP)  ## array kernels vs GDAL's warper, Mpx/s per method, one core; the compiled kernels vs NumPy's; temporal reductions
 	$(BIN)/python bench/kernels.py
 	$(BIN)/python -W ignore bench/compiled.py
+	$(BIN)/python bench/reduce.py
 
 .PHONY: bench-geometry
 bench-geometry: fixtures  ## case study with coordinate maps and taps kept vs made per window; reads by window vs union

@@ -132,7 +132,17 @@ def test_same_cube_for_any_worker_count_and_partitioning(runs: dict[str, Any]) -
 def test_report_accounts_for_the_wall_time(runs: dict[str, Any]) -> None:
     cfg, result = runs["average"]
     rep = json.loads(Path(cfg.report_path).read_text())
-    assert set(rep["stages"]) == {"index", "plan", "read", "mask", "resample", "reduce", "write", "finalize", "overhead"}
+    assert set(rep["stages"]) == {
+        "index",
+        "plan",
+        "read",
+        "mask",
+        "resample",
+        "reduce",
+        "write",
+        "finalize",
+        "overhead",
+    }
     # overhead is what is left of wall_s; what was measured must fit in it (not be clamped away)...
     measured = sum(v for k, v in rep["stages"].items() if k != "overhead")
     assert 0 < measured <= rep["wall_s"] * 1.02 and rep["stages"]["overhead"] >= 0

@@ -20,6 +20,8 @@ KERNELS = {
     "parity",
     "compiled",
     "fused",
+    "mask",
+    "reduce",
 }
 """The pure kernel modules of :mod:`pipeline.resample` (its ``warp`` and ``transform`` are stage glue)."""
 STAGES = ("pipeline.inputs", "pipeline.planning", "pipeline.resample", "pipeline.store", "pipeline.report")

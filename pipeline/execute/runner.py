@@ -239,7 +239,7 @@ def composite_split_note(plan: Plan) -> str:
     """What the plan says of a composite whose chunks are split in space."""
     ch = plan.grid.chunks_yx[0]
     return (
-        f"a chunk's stack of dates would hold {plan.stack_mb * plan.strips:.0f} MB, over composite.stack_mb "
+        f"a chunk's stack of dates would hold about {plan.stack_mb * plan.strips:.0f} MB, over composite.stack_mb "
         f"({plan.stack_budget_mb:.0f} MB): each chunk is reduced in {plan.strips} row strips of {plan.strip_rows} "
         f"of its {ch} rows (split in space, never in time; one task writes the chunk once)"
     )

@@ -6,7 +6,7 @@ No I/O and no pixels: the tile table's columns in, NumPy arrays out.
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -63,22 +63,11 @@ def match_masks(data: TileTable, masks: TileTable) -> np.ndarray:
     return np.fromiter((found.get(key, -1) for key in keys(data)), np.int64, len(data))
 
 
-def stack_bytes(reducer: str, n_layers: int, pixels: int, itemsize: int) -> int:
-    """The most a composite holds for one chunk of ``pixels``: ``median`` keeps every date's layer (and sorts
-    a copy of it); the streaming reducers keep float64 sums or one running layer, and a count."""
-    if reducer == "median":
-        return n_layers * pixels * itemsize * 2
-    return pixels * (8 + 2 + itemsize)
-
-
-def strip_rows(chunk_h: int, need: int, budget: float) -> int:
-    """Rows per strip, a divisor of ``chunk_h``: the chunk itself where its stack (``need`` bytes) fits
-    ``budget``, else the tallest strip that does (one row at the least). Strips tile the chunk exactly, so
-    a task assembles them and writes the chunk once."""
-    if need <= budget or chunk_h <= 1:
-        return chunk_h
-    per_row = need / chunk_h
-    for k in range(max(2, math.ceil(need / budget)), chunk_h + 1):
-        if chunk_h % k == 0 and per_row * (chunk_h // k) <= budget:
-            return chunk_h // k
+def strip_rows(chunk_h: int, need: Callable[[int], int], budget: float) -> int:
+    """Rows per strip, a divisor of ``chunk_h``: the chunk itself where its stack (``need(rows)`` bytes for a
+    strip of ``rows``) fits ``budget``, else the tallest strip that does (one row at the least). Strips tile
+    the chunk exactly, so a task assembles them and writes the chunk once."""
+    for rows in sorted((d for d in range(1, chunk_h + 1) if chunk_h % d == 0), reverse=True):
+        if need(rows) <= budget:
+            return rows
     return 1

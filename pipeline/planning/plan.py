@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # workers import this module for its task types only
     from pipeline.inputs.tiles import TileTable
 
 from pipeline.errors import ConfigError
-from pipeline.planning.composite import match_masks, period_starts, stack_bytes, strip_rows
+from pipeline.planning.composite import match_masks, period_starts, strip_rows
 from pipeline.planning.grid import GridSpec, compute_grid, offset_transform
 from pipeline.planning.windows import (  # noqa: F401 - OVERVIEW_METHODS, OVERVIEW_TOLERANCE: importable from here too
     KERNEL_PAD,
@@ -41,6 +41,7 @@ from pipeline.planning.windows import (  # noqa: F401 - OVERVIEW_METHODS, OVERVI
     size_matrix,
     stable_order,
 )
+from pipeline.resample.reduce import peak_bytes
 
 COUNT_NAME = "clear_count"
 """The array ``composite.count`` adds."""
@@ -581,9 +582,13 @@ def compute_plan(
     if composite is not None and len(tiles):
         per_period = np.bincount(np.searchsorted(times, starts), minlength=len(times))
         n_layers = int(max(len(np.unique(tiles["date"][starts == t])) for t in times[per_period > 0]))
-        need = stack_bytes(composite[1], n_layers, chunks_yx[0] * chunks_yx[1], int(itemsize.max()))
+        widest = max((b.layer_dtype for b in bands), key=lambda d: np.dtype(d).itemsize)
+
+        def need(rows: int) -> int:
+            return peak_bytes(composite[1], n_layers, (rows, chunks_yx[1]), widest)
+
         strip_h = strip_rows(chunks_yx[0], need, stack_budget_mb * 1e6)
-        stack = need * strip_h // chunks_yx[0]
+        stack = need(strip_h)
     cgrid = replace(grid, chunks_yx=(strip_h, chunks_yx[1]))
 
     tile_method = np.array([methods.get(b, "average") for b in band_names], dtype=object)[band_code]
@@ -659,7 +664,7 @@ def compute_plan(
         job_layers = np.add.reduceat(new_layer.astype(np.int64), job_first)
         job_cost += np.array(
             [
-                stack_bytes(composite[1], int(n), int(px), int(itemsize[b]))
+                peak_bytes(composite[1], int(n), (int(px), 1), bands[b].layer_dtype)
                 for n, px, b in zip(job_layers, out_px, job_band, strict=True)
             ],
             dtype=np.int64,
