@@ -39,16 +39,17 @@ CPU_MPX_S = {
     "max": 7.0,
     "median": 4.0,
 }
-# Temporal reductions on one core, Mpx/s of pixels x dates reduced (bench/reduce.py, 1024^2 uint16 stacks
-# with 40% nodata; the profile's "reduce:<reducer>" entries override them).
+# Temporal reductions on one core, Mpx/s of pixels x dates (`python bench/reduce.py`: 1024^2 uint16 stacks
+# with 40% nodata on the 2-core AMD EPYC, shared; the median at 8 dates, the slowest depth measured;
+# the profile's "reduce:<reducer>" entries override them).
 CPU_REDUCE_MPX_S = {
-    "median": 60.0,
-    "mean": 150.0,
-    "min": 300.0,
-    "max": 300.0,
-    "first": 300.0,
-    "last": 300.0,
-    "count": 400.0,
+    "median": 240.0,
+    "mean": 800.0,
+    "min": 1400.0,
+    "max": 1400.0,
+    "first": 1400.0,
+    "last": 1100.0,
+    "count": 2400.0,
 }
 # Decode and encode rates on one CPU core (MB/s), for the part of a task no device choice changes.
 CPU_DECODE_MB_S = 110.0
