@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test browser demo bench bench-scale bench-mixed bench-stac bench-s3 bench-deps bench-kernels gpu-check fixtures mutation-check lint clean
+.PHONY: help install test browser demo bench bench-scale bench-mixed bench-stac bench-s3 bench-deps bench-kernels gpu-check fixtures fixtures-cloudy mutation-check lint clean
 
 help:  ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -76,6 +76,9 @@ fixtures: $(STAMP)  ## write the small and casestudy fixtures under data_fixture
 	@[ -d data_fixtures/small/2024-06-11 ] || $(BIN)/pipeline fixtures data_fixtures/small --preset small
 	@[ -d data_fixtures/casestudy/2024-06-11 ] || $(BIN)/pipeline fixtures data_fixtures/casestudy --preset casestudy
 
+fixtures-cloudy: $(STAMP)  ## write the cloudy preset (512 COGs under moving clouds, SCL and QA bands, STAC items) once
+	@[ -f data_fixtures/cloudy/items.json ] || $(BIN)/pipeline fixtures data_fixtures/cloudy --preset cloudy
+
 mutation-check: $(STAMP)  ## break a kernel weight, a window offset, a fuse rule, a journal write in turn: a test must fail each
 	bash tests/mutation_check.sh
 
@@ -85,4 +88,4 @@ lint: $(STAMP)  ## ruff and mypy
 	$(BIN)/mypy
 
 clean:  ## remove outputs and generated fixtures (keeps .venv)
-	rm -rf out data_fixtures/small data_fixtures/casestudy data_fixtures/mixed .pytest_cache .hypothesis
+	rm -rf out data_fixtures/small data_fixtures/casestudy data_fixtures/mixed data_fixtures/cloudy .pytest_cache .hypothesis

@@ -359,7 +359,7 @@ def report(report_json: str, html_out: str | None, old_json: str | None) -> None
 
 
 # The names of pipeline.tools.fixtures.PRESETS, which this module does not import: a test keeps them equal.
-PRESET_NAMES = ["small", "casestudy", "casestudy-x4", "calibration", "mixed"]
+PRESET_NAMES = ["small", "casestudy", "casestudy-x4", "calibration", "mixed", "cloudy"]
 
 
 @main.command()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,9 @@ S2_BANDS: dict[str, int] = {
     "B12": 20,
 }
 
+# The scene-classification bands of the ``cloudy`` preset (:mod:`pipeline.tools.clouds`) and their pixel size.
+CLASS_BANDS: dict[str, int] = {"SCL": 20, "QA": 20}
+
 NODATA = 0
 CENTRE_LAT = 45.0
 ZONE_BOUNDARY_LON = 6.0
@@ -54,6 +58,9 @@ class Preset:
     overlap_m: int
     zones: tuple[int, ...] = (31, 32)
     """UTM zones (north); zone 33's block lies south of the others', overlapping both."""
+    clouds: bool = False
+    """Clouds, shadows and cirrus that move from date to date, seen in the data bands and classified in
+    the ``SCL`` and ``QA`` bands (:mod:`pipeline.tools.clouds`); STAC items written beside the tiles."""
 
 
 PRESETS: dict[str, Preset] = {
@@ -100,7 +107,23 @@ PRESETS: dict[str, Preset] = {
         overlap_m=600,
         zones=(31, 32, 33),
     ),
+    # The case-study tiles under moving clouds, for masks and composites: 4 bands at 10 m, B11 at 20 m,
+    # B09 at 60 m, a Sentinel-2 L2A-like SCL and a Landsat-like QA_PIXEL band at 20 m, on 8 dates of a
+    # 5-day revisit, 4 in June and 4 in July (a monthly composite has 2 steps): 2 x 2x2 x 8 x 8 = 512 files.
+    "cloudy": Preset(
+        bands=("B02", "B03", "B04", "B08", "B09", "B11", "SCL", "QA"),
+        tile_m=10980,
+        tiles_per_zone_xy=(2, 2),
+        dates=tuple(str(np.datetime64("2024-06-11") + np.timedelta64(5 * i, "D")) for i in range(8)),
+        overlap_m=960,
+        clouds=True,
+    ),
 }
+
+
+def band_resolution(band: str) -> int:
+    """The band's pixel size in metres: a Sentinel-2 band's, or a classification band's."""
+    return S2_BANDS[band] if band in S2_BANDS else CLASS_BANDS[band]
 
 
 @dataclass(frozen=True)
@@ -160,9 +183,7 @@ def compute_tile_values(spec: TileSpec, band: str, date_idx: int, preset: Preset
     from pyproj import Transformer
 
     res = S2_BANDS[band]
-    n = preset.tile_m // res
-    centres = (np.arange(n) + 0.5) * res
-    xx, yy = np.meshgrid(spec.x0 + centres, spec.y0 - centres)
+    xx, yy = compute_pixel_centres(spec, res, preset)
     tr = Transformer.from_crs(f"EPSG:{spec.epsg}", "EPSG:4326", always_xy=True)
     lon, lat = tr.transform(xx, yy)
     k = list(S2_BANDS).index(band)
@@ -179,33 +200,57 @@ def compute_tile_values(spec: TileSpec, band: str, date_idx: int, preset: Preset
     value += rng.normal(0.0, 2.0, size=value.shape)
     out = np.clip(np.rint(value), 1, 65535).astype(np.uint16)
     if date_idx in spec.orbit_edge_dates:
-        # A diagonal swath edge through the east of the tile, in map units so every band agrees.
-        wedge = (xx - spec.x0) + 0.3 * (spec.y0 - yy) > 0.75 * preset.tile_m
-        out[wedge] = NODATA
+        out[compute_orbit_edge(spec, xx, yy, preset)] = NODATA
     return out
 
 
+def compute_pixel_centres(spec: TileSpec, res: int, preset: Preset) -> tuple[np.ndarray, np.ndarray]:
+    """The map coordinates (x, y) of the tile's pixel centres at ``res`` metres, as 2-D arrays."""
+    centres = (np.arange(preset.tile_m // res) + 0.5) * res
+    xx, yy = np.meshgrid(spec.x0 + centres, spec.y0 - centres)
+    return xx, yy
+
+
+def compute_orbit_edge(spec: TileSpec, xx: np.ndarray, yy: np.ndarray, preset: Preset) -> np.ndarray:
+    """Where the swath ends: a diagonal edge through the east of the tile, in map units so every band
+    (and the classification bands) agree."""
+    return np.asarray((xx - spec.x0) + 0.3 * (spec.y0 - yy) > 0.75 * preset.tile_m)
+
+
 def _write_one(job: tuple[str, TileSpec, str, int, Preset, int]) -> str:
+    return write_tile(*job)
+
+
+def write_tile(path: str, spec: TileSpec, band: str, date_idx: int, preset: Preset, seed: int) -> str:
+    """One file of the preset: the tile's band on the date, as a COG at ``path`` (written beside it, then
+    moved there)."""
     import rasterio
     from rasterio.transform import from_origin
 
-    path, spec, band, date_idx, preset, seed = job
-    values = compute_tile_values(spec, band, date_idx, preset, seed)
-    res = S2_BANDS[band]
+    nodata, overview_resampling = NODATA, "AVERAGE"
+    if preset.clouds:
+        from pipeline.tools.clouds import compute_cloudy_values, file_nodata
+
+        values = compute_cloudy_values(spec, band, date_idx, preset, seed)
+        if band in CLASS_BANDS:  # categorical: an overview pixel is one of its source pixels, not their mean
+            nodata, overview_resampling = file_nodata(band), "NEAREST"
+    else:
+        values = compute_tile_values(spec, band, date_idx, preset, seed)
+    res = band_resolution(band)
     profile = {
         "driver": "COG",
         "width": values.shape[1],
         "height": values.shape[0],
         "count": 1,
-        "dtype": "uint16",
+        "dtype": values.dtype.name,
         "crs": f"EPSG:{spec.epsg}",
         "transform": from_origin(spec.x0, spec.y0, res, res),
-        "nodata": NODATA,
+        "nodata": nodata,
         "compress": "ZSTD",
         "level": 9,
         "predictor": 2,
         "blocksize": 256,
-        "overview_resampling": "AVERAGE",
+        "overview_resampling": overview_resampling,
     }
     tmp = path + ".part"
     with rasterio.Env(GDAL_NUM_THREADS=1), rasterio.open(tmp, "w", **profile) as dst:
@@ -216,20 +261,30 @@ def _write_one(job: tuple[str, TileSpec, str, int, Preset, int]) -> str:
 
 
 def write_fixtures(
-    out: str | os.PathLike[str], preset: str = "small", seed: int = 0, workers: int | None = None
+    out: str | os.PathLike[str],
+    preset: str = "small",
+    seed: int = 0,
+    workers: int | None = None,
+    tiles: Iterable[str] | None = None,
 ) -> list[str]:
     """Write the preset's tiles under ``out/<date>/<tile>_<band>.tif``; return their paths.
 
-    Existing files are rewritten (the result is deterministic, so this is idempotent).
+    ``tiles``: only the tiles of these names (a test's subset; each tile's files are the same as in the
+    whole preset). A preset with clouds also writes its STAC items, ``out/items.json`` and (where rustac is
+    installed) ``out/items.parquet``. Existing files are rewritten (the result is deterministic, so this is
+    idempotent).
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
     p = PRESETS[preset]
     root = Path(out)
+    wanted = None if tiles is None else set(tiles)
     jobs = []
     for d_idx, date in enumerate(p.dates):
         (root / date).mkdir(parents=True, exist_ok=True)
         for spec in compute_tile_specs(p):
+            if wanted is not None and spec.name not in wanted:
+                continue
             for band in p.bands:
                 path = str(root / date / f"{spec.name}_{band}.tif")
                 jobs.append((path, spec, band, d_idx, p, seed))
@@ -240,6 +295,10 @@ def write_fixtures(
         with ProcessPoolExecutor(workers) as pool:
             paths = list(pool.map(_write_one, jobs, chunksize=4))
     logger.info("wrote %d tiles (%s preset, seed %d) under %s", len(paths), preset, seed, root)
+    if p.clouds:
+        from pipeline.tools.clouds import write_cloudy_items
+
+        write_cloudy_items(root, paths)
     return paths
 
 

@@ -3,6 +3,7 @@ the examples, the benches and the tests. The pipeline reads items in :mod:`pipel
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -14,6 +15,8 @@ import numpy as np
 
 from pipeline.inputs.headers import read_header
 from pipeline.inputs.stac_fields import AFFINE
+
+CLASSIFICATION_EXT = "https://stac-extensions.github.io/classification/v2.0.0/schema.json"
 
 
 def items_from_files(
@@ -27,12 +30,15 @@ def items_from_files(
     projection: bool = True,
     raster: bool = True,
     scale_offset: dict[str, tuple[float, float]] | None = None,
+    asset_fields: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """STAC items (dicts) for single-band GeoTIFFs: one item per (date, tile) of ``pattern``, one asset
     per band keyed by its name, projection and raster extension fields from each file's header.
 
     ``href_base``: hrefs relative to this folder (else absolute paths). ``scale_offset``: {band:
-    (scale, offset)} written into ``raster:bands``. The item time is the date at ``time_of_day`` UTC.
+    (scale, offset)} written into ``raster:bands``. ``asset_fields``: {band: fields} added to that band's
+    asset (e.g. ``classification:classes``; an item with ``classification:`` fields lists the
+    classification extension). The item time is the date at ``time_of_day`` UTC.
     """
     from pyproj import Transformer
 
@@ -73,6 +79,8 @@ def items_from_files(
                 if scale_offset and band in scale_offset:
                     rb["scale"], rb["offset"] = scale_offset[band]
                 asset["raster:bands"] = [rb]
+            if asset_fields and band in asset_fields:
+                asset.update(copy.deepcopy(asset_fields[band]))
             assets[band] = asset
             tr = Transformer.from_crs(hd["crs"], "EPSG:4326", always_xy=True)
             boxes.append(tr.transform_bounds(hd["xmin"], hd["ymin"], hd["xmax"], hd["ymax"]))
@@ -83,6 +91,8 @@ def items_from_files(
             exts.append("https://stac-extensions.github.io/projection/v2.0.0/schema.json")
         if raster:
             exts.append("https://stac-extensions.github.io/raster/v1.1.0/schema.json")
+        if any(k.startswith("classification:") for a in assets.values() for k in a):
+            exts.append(CLASSIFICATION_EXT)
         items.append(
             {
                 "type": "Feature",
