@@ -170,8 +170,7 @@ def _format_composite(report: dict[str, Any]) -> list[str]:
             known = [v for v in by_date.values() if v is not None]
             if known:
                 parts.append(f"{band} {min(known):.0%}-{max(known):.0%}")
-        rule = f"exclude {mask['exclude']}" if mask["exclude"] else ""
-        rule += (", " if rule else "") + (f"bits {mask['exclude_bits']}" if mask["exclude_bits"] else "")
+        rule = ", ".join(f"{key} {mask[key]}" for key in ("exclude", "exclude_bits") if mask[key])
         lines.append(
             f"mask: {mask['band']} ({rule}, dilate {mask['dilate']}) dropped per date: " + (", ".join(parts) or "none")
         )
