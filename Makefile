@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test browser demo bench bench-scale bench-mixed bench-stac bench-s3 bench-deps bench-kernels gpu-check fixtures fixtures-cloudy mutation-check lint clean
+.PHONY: help install test browser demo bench bench-scale bench-mixed bench-stac bench-s3 bench-deps bench-kernels bench-composite gpu-check fixtures fixtures-cloudy mutation-check lint clean
 
 help:  ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -52,6 +52,9 @@ bench-stac: bench-deps  ## `pipeline plan` over 192,000 STAC items in stac-geopa
 
 bench-s3: bench-deps fixtures  ## cloud storage: s3->s3, local->s3 (sharded or not), local->local and odc-stac on a loopback S3 server
 	$(BIN)/python -W ignore bench/s3.py
+
+bench-composite: bench-deps fixtures-cloudy  ## monthly clear-sky median composites on the cloudy preset: the pipeline vs odc-stac (wall, peak memory, values)
+	BENCH_REPEATS=$${BENCH_REPEATS:-3} $(BIN)/python -W ignore bench/composite.py
 
 bench-deps: $(STAMP)  # the peers (the bench extra; Debian's gdal-bin where it can install), fresh bytecode
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
