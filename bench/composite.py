@@ -93,7 +93,7 @@ def measure(cmd: list[str]) -> dict[str, Any]:
         output = log.read()
     return {
         "wall_s": wall,
-        "peak_mb": usage.ru_maxrss / 1024,
+        "peak_mb": usage.ru_maxrss * 1024 / 1e6,  # Linux counts KiB
         "tree_peak_mb": tree_peak / 1e6,
         "rc": proc.returncode,
         "output": output,

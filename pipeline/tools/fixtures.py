@@ -5,7 +5,9 @@ overviews, nodata=0) in UTM zone 31 or 32 (and 33 for the ``mixed`` preset); the
 zones' tile blocks overlap each other and straddle the zone boundary at 6°E. Pixel values are a smooth
 function of longitude/latitude (plus small seeded noise), so overlapping tiles
 agree and a reprojection error is measurable. Some tiles carry an orbit-edge
-nodata wedge. Same preset and seed: byte-identical files.
+nodata wedge. The ``cloudy`` preset adds moving clouds, seen in the data bands and
+classified in ``SCL`` and ``QA`` bands, and STAC items (:mod:`pipeline.tools.clouds`).
+Same preset and seed: byte-identical files.
 """
 
 from __future__ import annotations
