@@ -287,7 +287,7 @@ def execute_tasks(
 
     records: list[dict[str, Any]] = []
     client, cluster = (given, None) if given is not None else _start_client(config, len(todo))
-    stopped = False
+    stopped = interrupted = False
     try:
         if config.execution.dashboard and (link := dashboard_link(client)):
             info["dashboard"] = link
@@ -318,6 +318,10 @@ def execute_tasks(
             for _, rec in as_completed(futures, with_results=True):
                 records.append(rec)
                 progress.task_done(rec)
+        except KeyboardInterrupt:
+            stopped = interrupted = True
+            client.cancel(futures)
+            raise
         except BaseException:
             stopped = True
             client.cancel(futures)
@@ -335,7 +339,7 @@ def execute_tasks(
             logger.info("worker memory not collected: %s", e)
             info["worker_peak_mb"] = {}
     finally:
-        with _teardown_quiet() if stopped else contextlib.nullcontext():
+        with _teardown_quiet(keep=interrupted) if stopped else contextlib.nullcontext():
             if given is None:
                 client.close()
             if cluster is not None:
@@ -344,10 +348,12 @@ def execute_tasks(
 
 
 @contextlib.contextmanager
-def _teardown_quiet() -> Iterator[None]:
+def _teardown_quiet(keep: bool = False) -> Iterator[None]:
     """While a stopped run (Ctrl-C, a failed task) closes its client and cluster, distributed's own log
     lines about the results that closing drops (``lost already computed task(s)``, a closed comm) are
-    expected and say nothing to act on: its loggers are held above CRITICAL until the cluster is closed."""
+    expected and say nothing to act on: its loggers are held above CRITICAL until the cluster is closed.
+    ``keep``: after Ctrl-C they stay there, as the scheduler's loop may still log a closed comm after
+    ``close`` returns, under the one line that says how to resume."""
     names = ["distributed"] + [
         n
         for n, lg in list(logging.root.manager.loggerDict.items())
@@ -359,5 +365,6 @@ def _teardown_quiet() -> Iterator[None]:
     try:
         yield
     finally:
-        for n, level in levels.items():
-            logging.getLogger(n).setLevel(level)
+        if not keep:
+            for n, level in levels.items():
+                logging.getLogger(n).setLevel(level)
