@@ -300,21 +300,22 @@ def execute_tasks(
         decisions = _decide_devices(client, config, todo, ctx)
         gpu_resources = any("GPU" in (w.get("resources") or {}) for w in info_workers.values())
         t_exec = time.perf_counter()
-        futures = [
-            client.submit(
-                run_partition,
-                p,
-                ctx,
-                device,
-                reason,
-                key=p.key,
-                retries=config.execution.retries,
-                pure=False,
-                **submit_options(device, gpu_resources),
-            )
-            for p, (device, reason) in zip(todo, decisions, strict=True)
-        ]
-        try:
+        futures: list[Any] = []
+        try:  # Ctrl-C while submitting (slow on a loaded machine) stops the run as during the tasks
+            for p, (device, reason) in zip(todo, decisions, strict=True):
+                futures.append(
+                    client.submit(
+                        run_partition,
+                        p,
+                        ctx,
+                        device,
+                        reason,
+                        key=p.key,
+                        retries=config.execution.retries,
+                        pure=False,
+                        **submit_options(device, gpu_resources),
+                    )
+                )
             for _, rec in as_completed(futures, with_results=True):
                 records.append(rec)
                 progress.task_done(rec)
