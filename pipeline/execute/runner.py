@@ -24,7 +24,7 @@ from pipeline.execute.device import (
     check_request,
     detect_gpu,
 )
-from pipeline.execute.schedulers import execute_tasks, threads_available
+from pipeline.execute.schedulers import execute_tasks, machine_mb, threads_available
 from pipeline.execute.stopping import stopped_cleanly
 from pipeline.execute.task import TaskContext, peak_rss_mb
 from pipeline.execute.workers import start_fork_server, start_worker_server
@@ -108,25 +108,17 @@ def plan_run(config: Config, clock: StageClock | None = None, progress: NoProgre
 def composite_args(config: Config) -> dict[str, Any]:
     """The planner's mask and composite arguments: ``mask.band``, (period, reducer), ``composite.count``, and
     what one chunk's stack may hold (``composite.stack_mb``; null: a quarter of this machine's memory per
-    core)."""
+    core, of 8 GB where the OS does not say)."""
     c = config.composite
     budget = float("inf")
     if c is not None:
-        budget = c.stack_mb if c.stack_mb is not None else _memory_bytes() / (os.cpu_count() or 1) / 4 / 1e6
+        budget = c.stack_mb if c.stack_mb is not None else (machine_mb() or 8000.0) / (os.cpu_count() or 1) / 4
     return {
         "mask_band": None if config.mask is None else config.mask.band,
         "composite": None if c is None else (c.period, c.reducer),
         "clear_count": c is not None and c.count,
         "stack_budget_mb": budget,
     }
-
-
-def _memory_bytes() -> float:
-    """This machine's physical memory (sysconf; 8 GB where it cannot say)."""
-    try:
-        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return 8e9
 
 
 def _no_overlap(config: Config, plan: Plan) -> str:
@@ -261,7 +253,7 @@ def summarise_composite(plan: Plan) -> dict[str, Any]:
     }
 
 
-def summarise_masks(config: Config, plan: Plan, ctx: TaskContext, records: list[dict[str, Any]]) -> dict[str, Any]:
+def summarise_masks(plan: Plan, ctx: TaskContext, records: list[dict[str, Any]]) -> dict[str, Any]:
     """The report's ``mask``: the rule as applied and, per band and date, the fraction of the source pixels
     judged (valid data) that the mask dropped."""
     sums: dict[tuple[str, int], list[int]] = {}
@@ -528,11 +520,12 @@ def _run(
         },
     }
     if plan.mask_band is not None:
-        report["mask"] = summarise_masks(config, plan, ctx, records)
+        report["mask"] = summarise_masks(plan, ctx, records)
     if plan.composite is not None:
         report["composite"] = {**summarise_composite(plan), "clear_observations": summarise_clear(plan, records)}
-    for r in records:
-        r.pop("masked", None), r.pop("clear", None)
+    for r in records:  # what a run without a mask or composite left in them: empty lists
+        r.pop("masked", None)
+        r.pop("clear", None)
     report["network"] = network
     report["memory"] = {
         "driver_peak_mb": peak_rss_mb(),

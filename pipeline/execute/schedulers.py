@@ -257,7 +257,7 @@ def threads_available(config: Config, threads: int) -> int:
     return max(threads, (config.execution.workers or os.cpu_count() or 1) * config.execution.threads_per_worker)
 
 
-def _machine_mb() -> float:
+def machine_mb() -> float:
     """This machine's physical memory, MB (0 where the OS does not say)."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e6
@@ -280,7 +280,7 @@ def execute_tasks(
     if scheduler in ("threads", "processes"):
         execute = _execute_threads if scheduler == "threads" else _execute_processes
         done, exec_wall, threads, names, info["worker_peak_mb"] = execute(config, todo, ctx, progress, crs)
-        info["worker_limit_mb"] = {name: _machine_mb() for name in names}  # this machine's memory
+        info["worker_limit_mb"] = {name: machine_mb() for name in names}  # this machine's memory
         return done, exec_wall, threads, names, info
 
     from distributed import as_completed

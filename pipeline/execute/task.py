@@ -24,6 +24,7 @@ from pipeline.planning.plan import BandSpec, ChunkJob, MaskSource, Partition, So
 from pipeline.resample import FirstValid, compiled, fuse_arrays
 from pipeline.resample.common import nodata_fill, valid_mask
 from pipeline.resample.mask import apply_mask, dilate, drop_pixels, mask_window, sample_nearest
+from pipeline.resample.parity import to_host
 from pipeline.resample.reduce import Reduction
 from pipeline.resample.warp import MAPS, RowSpan, warp_window
 from pipeline.store.write import StoreWriter, journal_record
@@ -212,14 +213,13 @@ class _Masks:
         win = mask_window(src.transform, shape, m.transform, (m.height, m.width), ctx.mask_dilate)
         if win[2] <= 0 or win[3] <= 0:
             return np.zeros(shape, dtype=bool)
+        at = offset_transform(m.transform, win[0], win[1])
         key = (m, win)
         judged = self.kept.get(key)
         if judged is None:
-            at = offset_transform(m.transform, win[0], win[1])
             values = read_window(SourceWindow(m.path, -1, win, at, src.crs, float("nan"), band_index=m.band_index))
             judged = dilate(drop_pixels(values, ctx.mask_exclude, ctx.mask_bits), ctx.mask_dilate)
             self.kept[key] = judged
-        at = offset_transform(m.transform, win[0], win[1])
         return sample_nearest(judged, at, src.transform, shape)
 
 
@@ -303,11 +303,6 @@ def _fuse_layer(
     fused = mosaic.result() if mosaic is not None else fuse_arrays(warped, nodata, ctx.fuse) if warped else None
     tally.resample_s += time.perf_counter() - t2
     return fused
-
-
-def host(array: Any) -> np.ndarray:
-    """A device array copied to the host (a NumPy array as it is)."""
-    return array if isinstance(array, np.ndarray) else array.get()
 
 
 CLEAR_BINS = 16
@@ -425,7 +420,7 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
                     seen = True
             if seen:
                 t0 = time.perf_counter()
-                values, count = (host(a) for a in reduction.result())
+                values, count = (to_host(a) for a in reduction.result())
                 tally.reduce_s += time.perf_counter() - t0
                 chunks.put(band, job.t, job.window, values)
                 if job.band == ctx.bands[0].name:

@@ -575,13 +575,12 @@ def compute_plan(
     times = np.unique(starts)
     itemsize = np.array([np.dtype(b.dtype).itemsize for b in bands])
 
-    # A composite chunk's stack may not fit a worker: it is then computed in row strips of a compute grid
-    # whose chunks tile the output's (windows are planned per strip; a task writes each chunk once).
+    # A composite chunk's stack may not fit a worker: it is then computed in row strips (the jobs of a grid
+    # whose chunks are the strips), each from its chunk's source windows; one task writes the chunk once.
     strip_h = chunks_yx[0]
     stack = 0
     if composite is not None and len(tiles):
-        per_period = np.bincount(np.searchsorted(times, starts), minlength=len(times))
-        n_layers = int(max(len(np.unique(tiles["date"][starts == t])) for t in times[per_period > 0]))
+        n_layers = int(np.unique(period_starts(dates, composite[0]), return_counts=True)[1].max())  # dates a step
         widest = max((b.layer_dtype for b in bands), key=lambda d: np.dtype(d).itemsize)
 
         def need(rows: int) -> int:
