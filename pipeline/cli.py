@@ -133,12 +133,7 @@ def run(
     collector_off = own and gc.isenabled()
     if collector_off:
         gc.disable()
-    if own:
-        from pipeline.execute.workers import import_rasterio, tune_malloc
-
-        tune_malloc()
-        import_rasterio()
-    from pipeline.execute.workers import start_fork_server, start_worker_server
+    from pipeline.execute.workers import import_rasterio, start_fork_server, start_worker_server, tune_malloc
 
     _setup_logging(verbose, quiet)
     extra = {"execution.workers": workers, "execution.scheduler": scheduler, "execution.device": device}
@@ -158,6 +153,9 @@ def run(
         # The process pool's fork server likewise, and for auto too, which picks processes for all but small
         # jobs: its imports take a core this process leaves idle while it imports and plans.
         start_fork_server()
+    if own:  # after the servers start, so their imports overlap these
+        tune_malloc()
+        import_rasterio()
     cfg = validate(raw, source=config)
     import pipeline.execute.runner  # noqa: F401 - imported here, with the collector off
     from pipeline.api import run as run_pipeline

@@ -83,28 +83,21 @@ def _worker_name() -> str:
         return f"local-{os.getpid()}"
 
 
-def warm_up(
-    log_level: int | None = None, ctx: TaskContext | None = None, crs: tuple[str, ...] = (), local: bool = False
-) -> int:
-    """Import the I/O stack on a worker and do each library's first-use set-up (GDAL's drivers, PROJ's
-    database, the codecs) before the first task, so start-up is not timed as reading or resampling.
+_libraries_warm = [False]
 
-    ``log_level``: for the local cluster's workers, the level their ``distributed`` log handlers print
-    at. Task errors are reported by the driver. ``ctx``, ``crs``: the run's store (its arrays are
-    opened) and the tiles' CRSs (the transformers from the grid's CRS to theirs are made). ``local``:
-    a worker of the run's own cluster, whose allocator is tuned (:func:`pipeline.execute.workers.tune_malloc`).
-    """
-    netstats.clear_cache()  # a run reads objects as they are now (a long-lived process may hold old ones)
-    if local:
-        from pipeline.execute.workers import tune_malloc
 
-        tune_malloc()
+def warm_libraries() -> None:
+    """Each library's first-use set-up that depends on no run: GDAL's drivers (a GeoTIFF written and read
+    in memory), the ZSTD codec, numpy.ma (which rasterio imports on a first read). Once per process; the
+    fork server does it before it forks, so its workers start with it done (it opens no dataset and
+    starts no thread, so no lock is held when it forks)."""
+    if _libraries_warm[0]:
+        return
     import numcodecs
+    import numpy.ma  # noqa: F401
     import rasterio
     import rasterio.warp  # noqa: F401
     from rasterio.io import MemoryFile
-
-    from pipeline.planning.grid import transform_points
 
     pixel = np.ones((1, 16, 16), dtype="uint16")
     with (
@@ -126,6 +119,29 @@ def warm_up(
         ds.write(pixel)
         ds.read(1)
     numcodecs.Zstd(level=1).encode(pixel)
+    _libraries_warm[0] = True
+
+
+def warm_up(
+    log_level: int | None = None, ctx: TaskContext | None = None, crs: tuple[str, ...] = (), local: bool = False
+) -> int:
+    """Import the I/O stack on a worker and do each library's first-use set-up (:func:`warm_libraries`;
+    PROJ's database, the run's store) before the first task, so start-up is not timed as reading or
+    resampling.
+
+    ``log_level``: for the local cluster's workers, the level their ``distributed`` log handlers print
+    at. Task errors are reported by the driver. ``ctx``, ``crs``: the run's store (its arrays are
+    opened) and the tiles' CRSs (the transformers from the grid's CRS to theirs are made). ``local``:
+    a worker of the run's own cluster, whose allocator is tuned (:func:`pipeline.execute.workers.tune_malloc`).
+    """
+    netstats.clear_cache()  # a run reads objects as they are now (a long-lived process may hold old ones)
+    if local:
+        from pipeline.execute.workers import tune_malloc
+
+        tune_malloc()
+    warm_libraries()
+    from pipeline.planning.grid import transform_points
+
     if ctx is not None:
         from pipeline.resample.warp import same_crs
         from pipeline.store.write import open_array

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 WORKER_PRELOAD = (
+    "pipeline.execute.server_preload",
     "numpy",
     "numcodecs",
     "rasterio",
@@ -33,8 +34,9 @@ WORKER_PRELOAD = (
     "pipeline.execute.task",
     "pipeline.execute.worker_signals",
 )
-"""Modules the fork server imports once for every worker (the last one makes its workers leave Ctrl-C to
-the driver). Not zarr-python: workers write chunks themselves
+"""Modules the fork server imports once for every worker (the first imports rasterio without boto3 and
+warms the libraries up, :mod:`pipeline.execute.server_preload`; the last makes its workers leave Ctrl-C
+to the driver). Not zarr-python: workers write chunks themselves
 (:class:`pipeline.store.write.StoreWriter`) and import it only for a codec chain they cannot run directly."""
 
 WORKER_MALLOC = {"MALLOC_TRIM_THRESHOLD_": 64 << 20, "MALLOC_MMAP_THRESHOLD_": 16 << 20}
