@@ -470,3 +470,71 @@ def test_filled_and_put_give_either_sides_bits(dtype: str) -> None:
     np.testing.assert_array_equal(base.view(u), np.where(where, b, a).view(u))
     mask.put(base, ~where, value)
     np.testing.assert_array_equal(base.view(u), np.where(where, b, np.asarray(value, dtype)).view(u))
+
+
+# ------------------------------------------------------------------- a worker's judged mask windows, kept
+def test_kept_mask_windows_serve_every_band_and_judge_as_a_fresh_read(tmp_path: Any, monkeypatch: Any) -> None:
+    """A worker keeps each judged mask window (``pipeline.execute.task._JudgedMasks``): a chunk's 10, 20
+    and 60 m bands, asked in any order and in parts, take one read of the SCL file, and every answer
+    equals the drop mask judged from the whole file and sampled at the data pixels' centres."""
+    from pipeline.execute import task
+    from pipeline.inputs.read import read_window
+    from pipeline.planning.plan import MaskSource, SourceWindow
+
+    rng = np.random.default_rng(7)
+    scl = np.full((549, 549), 4, dtype="uint8")  # vegetation, with cloud, shadow and cirrus blobs
+    for value in rng.choice(np.array([3, 8, 9, 10, 5], dtype="uint8"), size=60):
+        r, c, h, w = rng.integers(0, 540), rng.integers(0, 540), rng.integers(1, 30), rng.integers(1, 30)
+        scl[r : r + h, c : c + w] = value
+    path = str(tmp_path / "T32_SCL.tif")
+    origin = (399960.0, 5000040.0)
+    file_t = Affine(20.0, 0, origin[0], 0, -20.0, origin[1])
+    profile = {"driver": "GTiff", "width": 549, "height": 549, "count": 1, "dtype": "uint8", "crs": CRS}
+    with rasterio.open(path, "w", transform=file_t, **profile) as ds:
+        ds.write(scl, 1)
+    m = MaskSource(path, 1, tuple(file_t)[:6], 549, 549)
+    ctx = task.TaskContext(
+        store_path="unused",
+        grid_crs=CRS,
+        grid_transform=tuple(file_t)[:6],
+        bands=(),
+        resampling="average",
+        fuse="first",
+        on_error="fail",
+        mask_exclude=(3, 8, 9, 10),
+        mask_dilate=2,
+    )
+    whole = dilate(drop_pixels(scl, (3, 8, 9, 10)), 2)
+    reads: list[tuple[int, int, int, int]] = []
+
+    def counted(src: SourceWindow) -> np.ndarray:
+        reads.append(src.window)
+        return read_window(src)
+
+    monkeypatch.setattr(task, "read_window", counted)
+
+    def source(res: float, r0: int, c0: int, h: int, w: int) -> tuple[SourceWindow, tuple[int, int]]:
+        t = (res, 0.0, origin[0] + c0 * res, 0.0, -res, origin[1] - r0 * res)
+        return SourceWindow(path, -1, (r0, c0, h, w), t, CRS, float("nan"), mask=m), (h, w)
+
+    # one chunk's 10, 20 and 60 m windows, then the 10 m window in two row strips
+    asks = [
+        source(10.0, 300, 410, 512, 512),
+        source(20.0, 150, 205, 256, 256),
+        source(60.0, 50, 68, 86, 86),
+        source(10.0, 300, 410, 256, 512),
+        source(10.0, 556, 410, 256, 512),
+    ]
+    for max_bytes, order in ((64 << 20, asks), (64 << 20, asks[::-1]), (0, asks)):  # kept in either order; none kept
+        kept, reads[:] = task._JudgedMasks(max_bytes), []
+        for src, shape in order:
+            got = kept.drop(ctx, src, shape)
+            want = sample_nearest(whole, tuple(file_t)[:6], src.transform, shape)
+            np.testing.assert_array_equal(got, want)
+            assert 0.01 < got.mean() < 0.9  # the blobs and their margins, not all or nothing
+        if max_bytes == 0:
+            assert len(reads) == len(asks) and kept.bytes == 0
+        elif order is asks:  # the whole 10 m window first: its read serves the rest
+            assert len(reads) == 1 and kept.bytes > 0
+        else:
+            assert len(reads) < len(asks)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,7 +22,7 @@ from pipeline.errors import TileReadError
 from pipeline.inputs import netstats
 from pipeline.inputs.read import configure_reads, open_count, read_window
 from pipeline.planning.grid import offset_transform
-from pipeline.planning.plan import BandSpec, ChunkJob, MaskSource, Partition, SourceWindow
+from pipeline.planning.plan import BandSpec, ChunkJob, Partition, SourceWindow
 from pipeline.resample import FirstValid, compiled, fuse_arrays
 from pipeline.resample.common import nodata_fill, valid_mask
 from pipeline.resample.mask import apply_mask, dilate, drop_pixels, mask_window, sample_nearest
@@ -213,30 +215,117 @@ class _Tally:
     """Time step -> pixels of the first band with 0, 1, ... clear observations (:func:`_clear_histogram`)."""
 
 
-class _Masks:
-    """One task's mask windows, judged once: the drop mask of each (mask tile, window) read, kept for the
-    task's other bands and chunks of the same tile (a partition holds neighbouring chunks)."""
+MASK_CACHE_BYTES = 64 << 20
+"""What a process keeps of judged mask windows and their samplings (one byte per pixel: a 1024-pixel
+chunk at 20 m over one Sentinel-2 tile keeps ~2 MB with its 10, 20 and 60 m samplings)."""
 
-    def __init__(self, ctx: TaskContext) -> None:
-        self.ctx = ctx
-        self.kept: dict[tuple[MaskSource, tuple[int, int, int, int]], np.ndarray] = {}
+MASK_ALIGN = 64
+"""Mask windows are read rounded out to multiples of this many mask pixels, so that a chunk's bands at
+10, 20 and 60 m, whose windows differ by a pixel or two, share one read and one judgement."""
 
-    def drop(self, src: SourceWindow, shape: tuple[int, int]) -> np.ndarray:
+
+def _aligned(win: tuple[int, int, int, int], rows: int, cols: int) -> tuple[int, int, int, int]:
+    """``win`` (row_off, col_off, height, width) rounded out to :data:`MASK_ALIGN`, clipped to the file."""
+    r0, c0 = win[0] // MASK_ALIGN * MASK_ALIGN, win[1] // MASK_ALIGN * MASK_ALIGN
+    r1 = min(-(-(win[0] + win[2]) // MASK_ALIGN) * MASK_ALIGN, rows)
+    c1 = min(-(-(win[1] + win[3]) // MASK_ALIGN) * MASK_ALIGN, cols)
+    return r0, c0, r1 - r0, c1 - c0
+
+
+class _JudgedMasks:
+    """This process's judged mask windows (the drop mask of each mask window read, after the rules and
+    the dilation), kept across its tasks: a chunk's bands are tasks of their own where their stacks are
+    large, and each would read and judge the same mask window again. A kept window serves any window it
+    contains, and a larger window judges the pixels a smaller one needs the same (the needed window
+    carries the dilation's margin, :func:`pipeline.resample.mask.dilate`), so results do not depend on
+    which task read first. Least recently used out first past ``max_bytes``; keyed by the run's store
+    stamp as well, so a later run on a long-lived worker judges afresh."""
+
+    def __init__(self, max_bytes: int = MASK_CACHE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._kept: OrderedDict[tuple[Any, ...], _Judged] = OrderedDict()
+        self._windows: dict[tuple[Any, ...], set[tuple[int, int, int, int]]] = {}
+        self._lock = threading.Lock()
+        self.bytes = 0
+
+    def drop(self, ctx: TaskContext, src: SourceWindow, shape: tuple[int, int]) -> np.ndarray:
         """Per pixel of ``src``'s window (``shape``), whether its mask tile drops it: the mask pixel at the
         pixel's centre (nearest, same tile), after the rules and the dilation."""
-        m, ctx = src.mask, self.ctx
+        m = src.mask
         assert m is not None  # called only for masked sources
-        win = mask_window(src.transform, shape, m.transform, (m.height, m.width), ctx.mask_dilate)
-        if win[2] <= 0 or win[3] <= 0:
+        need = mask_window(src.transform, shape, m.transform, (m.height, m.width), ctx.mask_dilate)
+        if need[2] <= 0 or need[3] <= 0:
             return np.zeros(shape, dtype=bool)
-        at = offset_transform(m.transform, win[0], win[1])
-        key = (m, win)
-        judged = self.kept.get(key)
-        if judged is None:
+        tile = (m, ctx.mask_exclude, ctx.mask_bits, ctx.mask_dilate, ctx.store_stamp)
+        with self._lock:
+            win = next((w for w in self._windows.get(tile, ()) if _contains(w, need)), None)
+            entry = None if win is None else self._kept[(tile, win)]
+            if entry is not None:
+                self._kept.move_to_end((tile, win))
+                sampled = entry.samples.get((src.transform, shape))
+                if sampled is not None:
+                    return sampled
+        if entry is None or win is None:
+            win = _aligned(need, m.height, m.width)
+            at = offset_transform(m.transform, win[0], win[1])
             values = read_window(SourceWindow(m.path, -1, win, at, src.crs, float("nan"), band_index=m.band_index))
-            judged = dilate(drop_pixels(values, ctx.mask_exclude, ctx.mask_bits), ctx.mask_dilate)
-            self.kept[key] = judged
-        return sample_nearest(judged, at, src.transform, shape)
+            entry = _Judged(dilate(drop_pixels(values, ctx.mask_exclude, ctx.mask_bits), ctx.mask_dilate))
+        sampled = sample_nearest(entry.judged, offset_transform(m.transform, win[0], win[1]), src.transform, shape)
+        sampled.flags.writeable = False  # shared by the bands that ask for it
+        self._keep(tile, win, entry, (src.transform, shape), sampled)
+        return sampled
+
+    def _keep(
+        self,
+        tile: tuple[Any, ...],
+        win: tuple[int, int, int, int],
+        entry: _Judged,
+        at: tuple[Any, ...],
+        sampled: np.ndarray,
+    ) -> None:
+        """Keep ``entry`` (if new) and its ``sampled`` pixels for a data window ``at`` (transform, shape)."""
+        with self._lock:
+            key = (tile, win)
+            kept = self._kept.get(key)
+            if kept is None:
+                if entry.judged.nbytes + sampled.nbytes > self.max_bytes:
+                    return
+                kept = self._kept[key] = entry
+                self._windows.setdefault(tile, set()).add(win)
+                self.bytes += entry.judged.nbytes
+            if at not in kept.samples:
+                kept.samples[at] = sampled
+                self.bytes += sampled.nbytes
+            while self.bytes > self.max_bytes:
+                (old_tile, old_win), old = self._kept.popitem(last=False)
+                self.bytes -= old.judged.nbytes + sum(a.nbytes for a in old.samples.values())
+                wins = self._windows[old_tile]
+                wins.discard(old_win)
+                if not wins:
+                    del self._windows[old_tile]
+
+
+@dataclass
+class _Judged:
+    """A mask window's drop mask, and its pixels as sampled for the data windows asked of it so far (a
+    chunk's bands of one resolution share them)."""
+
+    judged: np.ndarray
+    samples: dict[tuple[Any, ...], np.ndarray] = field(default_factory=dict)
+
+
+MASKS = _JudgedMasks()
+"""This process's judged mask windows, shared by its threads and tasks."""
+
+
+def _contains(outer: tuple[int, int, int, int], inner: tuple[int, int, int, int]) -> bool:
+    """Whether window ``outer`` (row_off, col_off, height, width) holds all of ``inner``."""
+    return (
+        outer[0] <= inner[0]
+        and outer[1] <= inner[1]
+        and inner[0] + inner[2] <= outer[0] + outer[2]
+        and inner[1] + inner[3] <= outer[1] + outer[3]
+    )
 
 
 def _fuse_layer(
@@ -245,7 +334,6 @@ def _fuse_layer(
     sources: tuple[SourceWindow, ...],
     band: BandSpec,
     tally: _Tally,
-    masks: _Masks,
 ) -> np.ndarray | None:
     """One date's tiles of one chunk, each masked (``mask``), resampled and fused; None where no tile
     gave a pixel."""
@@ -273,7 +361,7 @@ def _fuse_layer(
             t1 = time.perf_counter()
             tally.read_s += t1 - t0
             if src.mask is not None:
-                drop = masks.drop(src, data.shape)
+                drop = MASKS.drop(ctx, src, data.shape)
                 src_nodata = src.nodata if not np.isnan(src.nodata) else nodata
                 valid = valid_mask(data, src_nodata, np)
                 counts = tally.masked.setdefault((job.band, src.layer), [0, 0])
@@ -409,7 +497,6 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
     bands = {b.name: b for b in ctx.bands}
     writer = StoreWriter(ctx.store_path, ctx.storage, ctx.store_stamp)
     chunks = _Chunks(ctx, writer, tally)
-    masks = _Masks(ctx)
     fit = [0.0] * 5  # per chunk (MB = its bytes read + written, s): n, sum MB, sum MB^2, sum s, sum MB*s
     xp: Any = np
     if device == "gpu" and ctx.reducer is not None:  # the reduction too: its layers go over as they are fused
@@ -421,14 +508,14 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
         band = bands[job.band]
         h, w = job.window[2:]
         if ctx.reducer is None:
-            values = _fuse_layer(ctx, job, job.sources, band, tally, masks)
+            values = _fuse_layer(ctx, job, job.sources, band, tally)
             if values is not None:
                 chunks.put(band, job.t, job.window, values)
         else:
             reduction = Reduction(ctx.reducer, (h, w), band.layer_dtype, band.layer_nodata, xp=xp)
             seen = False
             for layer in _layers(job.sources):
-                fused = _fuse_layer(ctx, job, layer, band, tally, masks)
+                fused = _fuse_layer(ctx, job, layer, band, tally)
                 if fused is not None:
                     t0 = time.perf_counter()
                     reduction.add(xp.asarray(fused))
