@@ -83,8 +83,11 @@ def test_one_huge_tile_warns_long_tail_and_overviews_remove_it(tmp_path: Path, s
     ) as dst:
         dst.write(values, 1)
     cfg_path = write_config(tmp_path, str(data / "**" / "*.tif"))
-    cfg = load_config(cfg_path, ["resampling=mode", "execution.partition_mb=0.05"])
-    report = run(cfg).report
+    # The fine tile's 4 chunks cost ~9, 5, 1.3 and 0.7 units of the others' 1: on 2 workers they split
+    # evenly and end together (the tail holds nothing up, and long_tail says so); on 4, the worst keeps
+    # one worker busy long after the other three are done.
+    settings = ["execution.partition_mb=0.05", "execution.scheduler=threads", "execution.workers=4"]
+    report = run(load_config(cfg_path, ["resampling=mode", *settings])).report
     assert "long_tail" in warned(report), report["diagnostics"]
     huge = [s for s in report["stragglers"] if s["cost_bytes"] > 20e6]  # the chunks under the fine tile
     assert huge and report["stragglers"][0] in huge  # found, and the worst of the tail
@@ -96,7 +99,7 @@ def test_one_huge_tile_warns_long_tail_and_overviews_remove_it(tmp_path: Path, s
 
     with rasterio.open(data / "2024-06-01" / "T32A0_B02z.tif", "r+") as ds:
         ds.build_overviews([2, 4, 8, 16, 32, 64], Resampling.average)
-    fixed = run(load_config(cfg_path, ["resampling=average", "execution.partition_mb=0.05"]), overwrite=True).report
+    fixed = run(load_config(cfg_path, ["resampling=average", *settings]), overwrite=True).report
     assert "long_tail" not in warned(fixed), fixed["diagnostics"]
 
 
@@ -313,6 +316,45 @@ def test_a_method_that_reads_no_overviews_warns_and_a_blending_one_removes_it(tm
     assert "overviews" not in warned(fixed), fixed["diagnostics"]
 
 
+def _planted_tail(clean: dict[str, Any], schedule: dict[str, list[float]]) -> dict[str, Any]:
+    """``clean`` with its tasks replaced by ``schedule``: per worker, its tasks' durations run back to back."""
+    report = copy.deepcopy(clean)
+    tasks = []
+    for worker, durations in schedule.items():
+        clock = 0.0
+        for seconds in durations:
+            n = len(tasks)
+            t = dict(report["tasks"][0], id=f"p-{n}", index=n, worker=worker, start=clock, end=clock + seconds)
+            t["bytes_read"] = t["bytes_read"] * (10 if seconds >= 1 else 1)  # the straggler reads 10x per byte written
+            tasks.append(t)
+            clock += seconds
+    report["tasks"] = tasks
+    report["execution"]["exec_wall_s"] = max(t["end"] for t in tasks)
+    report["diagnostics"] = compute_diagnostics(report)
+    return report
+
+
+def test_a_straggler_that_ran_first_held_nothing_up_and_one_that_ran_last_warns(clean: dict[str, Any]) -> None:
+    """Two worker processes, 20 tasks of 0.1 s and one of 1 s (10x the median). Run first, while the other
+    worker runs ten short ones, it ends with the others: ok, and the detail says why. Run last, it leaves
+    the other worker idle for all of it: long_tail warns."""
+    first = _planted_tail(clean, {"process-0": [1.0] + [0.1] * 5, "process-1": [0.1] * 15})
+    assert "long_tail" not in warned(first), first["diagnostics"]
+    said = next(d["detail"] for d in first["diagnostics"] if d["check"] == "long_tail")
+    assert "held nothing up" in said and "1 task(s) over 3x the median" in said
+    schedule = {"process-0": [0.1] * 10 + [1.0], "process-1": [0.1] * 10}
+    last = _planted_tail(clean, schedule)
+    assert "long_tail" in warned(last), last["diagnostics"]
+    assert "far finer than the grid" in advice(last, "long_tail")
+    # Its tiles read whole because their overviews are coarser than the grid where they land (a 10 m
+    # tile of the next UTM zone on a 20 m grid): no overviews to build; the advice says so.
+    clean = copy.deepcopy(clean)
+    clean["plan"].update(levels_used={"full": 12, "overview 0": 4}, full_with_overviews=10, full_by_method=0)
+    coarse = _planted_tail(clean, schedule)
+    said = advice(coarse, "long_tail")
+    assert "coarser than the grid's pixel" in said and "gdaladdo" not in said
+
+
 def test_gpu_forced_on_tiny_windows_warns_gpu_windows(clean: dict[str, Any]) -> None:
     """No GPU here: the decisions ``device: gpu`` forces are planted in a real run's report."""
     report = copy.deepcopy(clean)
@@ -471,3 +513,30 @@ def test_gpu_ran_on_a_cpu_run_is_ok_and_says_why_plainly(clean: dict[str, Any]) 
         assert "no GPU here (CuPy not installed" in next(
             d["detail"] for d in report["diagnostics"] if d["check"] == "gpu_ran"
         )
+
+
+@pytest.mark.parametrize(
+    "with_overviews, by_method, warns, said",
+    [
+        (12, 0, False, "coarser than the grid's pixel"),  # read whole, as gdalwarp reads them: nothing to do
+        (12, 12, True, "use a blending resampling"),  # nearest reads no overviews: average would
+        (0, 0, True, "gdaladdo"),  # no overviews at all: build them
+    ],
+)
+def test_overviews_names_why_tiles_were_read_whole(
+    clean: dict[str, Any], with_overviews: int, by_method: int, warns: bool, said: str
+) -> None:
+    """12 of 16 tiles read at full resolution, 10 bytes read per byte written: the check warns only where
+    something would read less, and its detail or advice says which."""
+    report = copy.deepcopy(clean)
+    written = sum(t["bytes_written"] for t in report["tasks"])
+    report["inputs"]["bytes_read"] = max(10 * written, 200_000_000)
+    for t in report["tasks"]:
+        t["bytes_written"] = report["inputs"]["bytes_read"] // 10 // len(report["tasks"])
+    report["plan"].update(
+        levels_used={"full": 12, "overview 0": 4}, full_with_overviews=with_overviews, full_by_method=by_method
+    )
+    report["diagnostics"] = compute_diagnostics(report)
+    assert ("overviews" in warned(report)) is warns, report["diagnostics"]
+    check = next(d for d in report["diagnostics"] if d["check"] == "overviews")
+    assert said in (check["advice"] if warns else check["detail"])

@@ -483,6 +483,7 @@ def _run(
             "partition_mb": config.execution.partition_mb,
             "levels_used": plan.levels_used,
             "full_with_overviews": plan.full_with_overviews,
+            "full_by_method": plan.full_by_method,
             "inferred": dict(plan.inferred),
             "resampling": {b.name: b.resampling for b in plan.bands},
             "chunks_yx": list(plan.grid.chunks_yx),

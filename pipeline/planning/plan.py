@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # workers import this module for its task types only
 from pipeline.errors import ConfigError
 from pipeline.planning.composite import match_masks, period_starts, strip_rows
 from pipeline.planning.grid import GridSpec, compute_grid, offset_transform
-from pipeline.planning.windows import (  # noqa: F401 - OVERVIEW_METHODS, OVERVIEW_TOLERANCE: importable from here too
+from pipeline.planning.windows import (  # noqa: F401 - OVERVIEW_TOLERANCE: importable from here too
     KERNEL_PAD,
     OVERVIEW_METHODS,
     OVERVIEW_TOLERANCE,
@@ -393,6 +393,9 @@ class Plan:
     full_with_overviews: int = 0
     """Tiles read at full resolution whose files have overviews (their band's method reads none, or the
     overviews are coarser than the grid)."""
+    full_by_method: int = 0
+    """Of those, the tiles whose band's method reads no overviews (nearest, mode, ...); the others' first
+    overview is coarser than the grid's pixel where the tile lands, and gdalwarp reads them whole too."""
     dates: tuple[str, ...] = ()
     """ISO dates of the observations (each a fused layer); ``times`` unless a composite reduces them."""
     composite: tuple[str, str] | None = None
@@ -718,6 +721,7 @@ def compute_plan(
         },
         inferred=tuple(sorted((inferred or {}).items())),
         full_with_overviews=int((read & (levels < 0) & has_overviews).sum()),
+        full_by_method=int((read & (levels < 0) & has_overviews & ~np.isin(tile_method, list(OVERVIEW_METHODS))).sum()),
         dates=tuple(str(np.datetime64(t, "s")) for t in dates),
         composite=composite,
         strip_rows=strip_h,

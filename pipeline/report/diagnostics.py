@@ -64,6 +64,11 @@ the small fixture's clean run about one time in five)."""
 STRAGGLER_SHARE = 0.1
 """``long_tail`` counts a straggler that took at least this share of the run's parallel phase."""
 
+HELD_UP_SHARE = 0.25
+"""``long_tail`` warns on a run of several workers only if their last tasks ended at least this share of
+the longest straggler apart: where they all finished together, the stragglers ran early and held up
+nothing."""
+
 
 MIN_CHUNKS = 50
 """``chunk_size`` fits its per-chunk line over at least this many chunks."""
@@ -391,20 +396,46 @@ def _check_long_tail(report: dict[str, Any], durations: list[float], med: float)
     typical = statistics.median([reads(t) for t in tasks]) if tasks else 0.0
     slow = [reads(by_id[s["id"]]) for s in stragglers[:3] if s["id"] in by_id]
     fine = bool(slow) and typical > 0 and max(slow) > READ_AMPLIFICATION * typical
-    advice = (
-        f"the slowest tasks read {max(slow) / typical:.0f}x more bytes per byte written than the median task: "
-        "their tiles are far finer than the grid and read at full resolution; give them overviews "
-        "(gdaladdo -r average, or write COGs) and use a resampling that reads them (average, bilinear, cubic)"
-        if fine
-        else "uneven partitions: a chunk needs far more input than the others; lower output.chunks or "
-        "execution.partition_mb so large work splits"
+    plan = report.get("plan", {})
+    full = int((plan.get("levels_used") or {}).get("full", 0))
+    coarse = int(plan.get("full_with_overviews", 0)) - int(
+        plan.get("full_by_method", plan.get("full_with_overviews", 0))
     )
+    if fine and coarse * 2 > full:  # mostly tiles whose overviews are coarser than the grid: read whole, rightly
+        advice = (
+            f"the slowest tasks read {max(slow) / typical:.0f}x more bytes per byte written than the median task: "
+            "their tiles are read at full resolution because their overviews are coarser than the grid's pixel "
+            "where they land (gdalwarp reads them whole too); lower output.chunks so their chunks split"
+        )
+    elif fine:
+        advice = (
+            f"the slowest tasks read {max(slow) / typical:.0f}x more bytes per byte written than the median task: "
+            "their tiles are far finer than the grid and read at full resolution; give them overviews "
+            "(gdaladdo -r average, or write COGs) and use a resampling that reads them (average, bilinear, cubic)"
+        )
+    else:
+        advice = (
+            "uneven partitions: a chunk needs far more input than the others; lower output.chunks or "
+            "execution.partition_mb so large work splits"
+        )
+    # Worker processes (or cluster workers) that all finished together were held up by nothing: the
+    # longest tasks ran first. (A threads run names one worker; its tail is judged by the tasks alone.)
+    last: dict[str, float] = {}
+    for t in tasks:
+        last[t["worker"]] = max(last.get(t["worker"], 0.0), t["end"])
+    spread = max(last.values()) - min(last.values()) if len(last) > 1 else None
+    held = spread is None or spread >= HELD_UP_SHARE * worst
     return _check(
         "long_tail",
-        judged and worst >= STRAGGLER_SHARE * exec_wall,
+        judged and held and worst >= STRAGGLER_SHARE * exec_wall,
         f"{len(stragglers)} task(s) over 3x the median ({med:.2f} s); longest {tail:.1f}x"
         + (": partition " + ", ".join(str(t["partition"]) for t in stragglers[:3]) if stragglers else "")
-        + ("" if judged or not stragglers else f"; {worst:.2f} s: too short to judge (needs {MIN_STRAGGLER_S} s)"),
+        + ("" if judged or not stragglers else f"; {worst:.2f} s: too short to judge (needs {MIN_STRAGGLER_S} s)")
+        + (
+            f"; they held nothing up: the {len(last)} workers finished within {spread:.2f} s of each other"
+            if judged and not held and spread is not None
+            else ""
+        ),
         advice,
     )
 
@@ -431,21 +462,26 @@ def _check_partition_size(report: dict[str, Any], threads: int) -> dict[str, str
 
 
 def _check_overviews(report: dict[str, Any]) -> dict[str, str]:
-    """Downsampling from full resolution: bytes read per byte written, the levels the plan chose, and
-    whether the files read at full resolution had coarser levels (that a blending method would read)."""
+    """Downsampling from full resolution: bytes read per byte written, the levels the plan chose, and why
+    the tiles read at full resolution were: no overviews (``gdaladdo`` would give them), a method that reads
+    none (a blending one would), or overviews coarser than the grid's pixel where the tile lands (gdalwarp
+    reads those whole too: nothing to do, so they do not count toward the warning)."""
     read = int(report["inputs"].get("bytes_read", 0))
     written = int(sum(t.get("bytes_written", 0) for t in report["tasks"]))
     plan = report.get("plan", {})
     levels = plan.get("levels_used") or {}
     full = int(levels.get("full", 0))
     had = int(plan.get("full_with_overviews", 0))
+    by_method = int(plan.get("full_by_method", had))
+    coarse = had - by_method
+    avoidable = full - coarse
     ratio = read / written if written else 0.0
     judged = read >= MIN_READ_BYTES and written > 0
-    warn = judged and ratio > READ_AMPLIFICATION and full * 2 >= sum(levels.values())
-    if had * 2 >= full:
+    warn = judged and ratio > READ_AMPLIFICATION and avoidable * 2 >= sum(levels.values())
+    if by_method * 2 >= avoidable:
         advice = (
-            f"{had} of the {full} tiles read at full resolution have overviews that this run's method does not "
-            "read: use a blending resampling (average, bilinear, cubic) for those bands, which reads them"
+            f"{by_method} of the {full} tiles read at full resolution have overviews that this run's method does "
+            "not read: use a blending resampling (average, bilinear, cubic) for those bands, which reads them"
         )
     else:
         advice = (
@@ -453,12 +489,17 @@ def _check_overviews(report: dict[str, Any]) -> dict[str, str]:
             "(gdaladdo -r average, or write COGs) and use a blending resampling (average, bilinear, cubic), "
             "which reads them"
         )
+    why = []
+    if by_method:
+        why.append(f"{by_method} with overviews this method does not read")
+    if coarse:
+        why.append(f"{coarse} whose overviews are coarser than the grid's pixel, as gdalwarp judges: read whole")
     return _check(
         "overviews",
         warn,
         f"read {ratio:.1f} bytes per byte written; tiles read at "
         + (", ".join(f"{k}: {v}" for k, v in levels.items()) or "no level")
-        + (f" ({had} of them at full resolution though they have overviews)" if had else "")
+        + (f" ({'; '.join(why)})" if why else "")
         + ("" if judged else f"; {read / 1e6:.1f} MB read: too little to judge"),
         advice,
     )
