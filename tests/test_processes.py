@@ -162,3 +162,29 @@ def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     return env
+
+
+def test_an_idle_worker_takes_the_partition_whose_files_it_has_open() -> None:
+    """``_pick``: of the next LOOKAHEAD partitions (costliest first), the one reading most of the worker's
+    latest files and fewest of those other workers are reading now; the earliest among equals; never
+    one further back (the costliest must start first)."""
+    from collections import OrderedDict, deque
+
+    from pipeline.execute.processes import LOOKAHEAD, _pick
+
+    # partitions 0-3: one chunk's 4 bands (tiles a, b); 4-7: the next chunk's (tiles c, d); 8: tiles a, b again
+    files = {i: frozenset({"a", "b"} if i < 4 or i == 8 else {"c", "d"}) for i in range(9)}
+    assert LOOKAHEAD == 4
+
+    def pick(queue: list[int], recent: set[str], others: list[set[str]]) -> int:
+        q = deque(queue)
+        got = _pick(q, files.__getitem__, OrderedDict.fromkeys(sorted(recent)), [frozenset(o) for o in others])
+        assert got not in q and len(q) == len(queue) - 1
+        return got
+
+    assert pick(list(range(9)), set(), []) == 0  # nothing open: the costliest
+    assert pick(list(range(1, 9)), set(), [{"a", "b"}]) == 4  # another worker reads a, b: start on c, d
+    assert pick([1, 2, 5, 6, 3], {"c", "d"}, [{"a", "b"}]) == 5  # its own files, whoever else is busy
+    assert pick([1, 2, 3, 5, 6], {"c", "d"}, []) == 5
+    assert pick([1, 2, 3, 7, 8], {"x"}, []) == 1  # no overlap anywhere: the earliest
+    assert pick([1, 2, 3, 7, 5], {"c", "d"}, []) == 7  # 5 is past the lookahead

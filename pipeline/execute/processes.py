@@ -9,8 +9,10 @@ starts re-run the parent's ``__main__`` in every child (the reason scripts need 
 "__main__"`` guard); these workers are sent everything but the parent's main module, since they run
 only :func:`~pipeline.execute.task.run_partition`. A script without that guard therefore works.
 
-The driver hands each idle worker the next partition (costliest first, as given) over a pipe and
-takes back its record, one task at a time per worker, so the run ends balanced. A task that raises is
+The driver hands each idle worker a partition over a pipe and takes back its record, one task at a
+time per worker, so the run ends balanced: of the next few partitions (costliest first, as given), the
+one whose files the worker read last and the other workers are not reading now
+(:func:`_pick`), so each worker opens, maps and judges masks of fewer files. A task that raises is
 retried ``execution.retries`` times; a worker that dies (killed, out of memory) takes its task with it:
 the task is retried on a fresh worker the same way. Each result carries the worker's peak memory so far.
 """
@@ -23,7 +25,7 @@ import logging
 import multiprocessing
 import os
 import signal
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from multiprocessing import connection, forkserver, popen_forkserver, reduction, spawn, util
 from multiprocessing.context import ForkServerProcess, set_spawning_popen
@@ -36,6 +38,14 @@ logger = logging.getLogger(__name__)
 
 TASK: Callable[..., dict[str, Any]] = run_partition
 """What a worker runs for each partition (a test may plant an importable stand-in before the run)."""
+
+LOOKAHEAD = 4
+"""An idle worker picks among this many of the next partitions (costliest first): enough to keep a
+chunk's bands, which cost alike and come together, on the worker that has their files open, few enough
+that the costliest still start first."""
+
+RECENT_FILES = 64
+"""The files a worker is taken to have open (:data:`pipeline.inputs.read.MAX_OPEN_FILES`)."""
 
 _MAIN_KEYS = ("init_main_from_path", "init_main_from_name")
 """The preparation data's keys that make a child re-run the parent's ``__main__``."""
@@ -111,6 +121,15 @@ class _Worker:
         child.close()
         self.task: int | None = None
         self.peak_mb = 0.0
+        self.recent: OrderedDict[str, None] = OrderedDict()
+        """The files of its latest partitions, newest last (:data:`RECENT_FILES` of them at most)."""
+
+    def ran(self, files: frozenset[str]) -> None:
+        for f in files:
+            self.recent[f] = None
+            self.recent.move_to_end(f)
+        while len(self.recent) > RECENT_FILES:
+            self.recent.popitem(last=False)
 
     def stop(self, wait_s: float) -> None:
         with contextlib.suppress(OSError):
@@ -120,6 +139,33 @@ class _Worker:
             self.process.terminate()
             self.process.join(1.0)
         self.conn.close()
+
+
+def partition_files(partition: Any) -> frozenset[str]:
+    """The files a partition reads: its tiles and their mask tiles."""
+    return frozenset(
+        f for job in partition.jobs for src in job.sources for f in (src.path, src.mask.path if src.mask else src.path)
+    )
+
+
+def _pick(
+    queue: deque[int],
+    files_of: Callable[[int], frozenset[str]],
+    recent: OrderedDict[str, None],
+    others: list[frozenset[str]],
+) -> int:
+    """Take from ``queue`` the partition, of its first :data:`LOOKAHEAD`, that reads most of the files in
+    ``recent`` (a worker's latest) less those that other workers are reading now (``others``); the
+    earliest among equals. Task order never changes the output, only what each worker opens again."""
+    best, best_score = 0, None
+    for k, i in enumerate(list(queue)[:LOOKAHEAD]):
+        mine = files_of(i)
+        score = sum(f in recent for f in mine) - sum(len(mine & busy) for busy in others)
+        if best_score is None or score > best_score:
+            best, best_score = k, score
+    picked = queue[best]
+    del queue[best]
+    return picked
 
 
 def _receive(w: _Worker) -> Any:
@@ -172,10 +218,19 @@ class ProcessPool:
             logger.info("partition %s failed (%s); retry %d", todo[i].key, error, tries[i])
             queue.appendleft(i)
 
+        files: dict[int, frozenset[str]] = {}
+
+        def files_of(i: int) -> frozenset[str]:
+            if i not in files:
+                files[i] = partition_files(todo[i])
+            return files[i]
+
         while left:
             for w in self.workers:
                 if w.task is None and queue:
-                    w.task = queue.popleft()
+                    others = [files_of(o.task) for o in self.workers if o.task is not None]
+                    w.task = _pick(queue, files_of, w.recent, others)
+                    w.ran(files_of(w.task))
                     w.conn.send((w.task, todo[w.task], *decisions[w.task]))
             busy = [w for w in self.workers if w.task is not None]
             ready = connection.wait([w.conn for w in busy] + [w.process.sentinel for w in busy])
