@@ -23,14 +23,44 @@ import contextlib
 import os
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from pipeline.config import is_url
 from pipeline.errors import ConfigError
 
-if TYPE_CHECKING:  # the model imports pydantic; workers need only its attributes
-    from pipeline.config.model import StorageConfig
+
+class Storage(Protocol):
+    """The storage settings reads and writes use: the config's :class:`~pipeline.config.StorageConfig`, or
+    the :class:`StorageSettings` a task carries."""
+
+    @property
+    def endpoint_url(self) -> str | None: ...
+    @property
+    def region(self) -> str | None: ...
+    @property
+    def anonymous(self) -> bool: ...
+    @property
+    def profile(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    """The storage section's settings as tasks carry them (:func:`task_storage`): plain values, so a
+    worker unpickles them without pydantic, whose import was ~70 ms of the fork server's start that a
+    short run waits for."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    anonymous: bool = False
+    profile: str | None = None
+
+
+def task_storage(storage: Storage) -> StorageSettings:
+    """``storage``'s settings as a :class:`StorageSettings`."""
+    return StorageSettings(storage.endpoint_url, storage.region, bool(storage.anonymous), storage.profile)
+
 
 # GDAL options for reading cloud-optimised GeoTIFFs over HTTP, set once per worker (see read.py).
 CLOUD_DEFAULTS: dict[str, Any] = {
@@ -83,7 +113,7 @@ def vsi_path(path: str) -> str:
     return path
 
 
-def gdal_options(storage: StorageConfig, gdal_env: dict[str, Any] | None = None) -> dict[str, Any]:
+def gdal_options(storage: Storage, gdal_env: dict[str, Any] | None = None) -> dict[str, Any]:
     """GDAL config options for reads: cloud defaults, the endpoint and addressing, then ``gdal_env``.
 
     Holds no credential: those come from :func:`rasterio_session` (the AWS chain) at open time."""
@@ -101,7 +131,7 @@ def gdal_options(storage: StorageConfig, gdal_env: dict[str, Any] | None = None)
     return options
 
 
-def rasterio_session(storage: StorageConfig) -> Any:
+def rasterio_session(storage: Storage) -> Any:
     """rasterio's AWS session for ``storage`` (credentials from the AWS chain of this process)."""
     from rasterio.session import AWSSession
 
@@ -117,7 +147,7 @@ def rasterio_session(storage: StorageConfig) -> Any:
     )
 
 
-def object_store(url: str, storage: StorageConfig, **client_options: Any) -> Any:
+def object_store(url: str, storage: Storage, **client_options: Any) -> Any:
     """An obstore store rooted at ``url`` (``s3://bucket/prefix``, ``https://host/prefix``, or a local
     folder). S3 credentials come from this process's AWS chain (environment, then ``storage.profile``
     through boto3 where given)."""
@@ -171,7 +201,7 @@ def redact(text: str) -> str:
 _cached: dict[tuple[Any, ...], Any] = {}
 
 
-def cached_store(url: str, storage: StorageConfig | None = None) -> Any:
+def cached_store(url: str, storage: Storage | None = None) -> Any:
     """:func:`object_store` for ``url``, made once per process (a worker writes every chunk through one
     client and its connection pool). Keyed by process id: a forked child makes its own."""
     storage = storage or default_storage()
@@ -225,7 +255,7 @@ def list_keys(store: Any, prefix: str | None = None) -> list[tuple[str, int]]:
         return []
 
 
-def storage_options(storage: StorageConfig) -> dict[str, Any]:
+def storage_options(storage: Storage) -> dict[str, Any]:
     """fsspec/s3fs options for ``storage`` (``xr.open_zarr("s3://...", storage_options=...)``); no credential."""
     options: dict[str, Any] = {}
     if storage.anonymous:
@@ -242,7 +272,7 @@ def storage_options(storage: StorageConfig) -> dict[str, Any]:
     return options
 
 
-def zarr_store(url: str, storage: StorageConfig | None = None, *, read_only: bool = True) -> Any:
+def zarr_store(url: str, storage: Storage | None = None, *, read_only: bool = True) -> Any:
     """zarr-python's store for ``url``: ``LocalStore`` for a path, ``ObjectStore`` over obstore for a URL
     (``xr.open_zarr(zarr_store(url, storage))`` opens the cube without s3fs)."""
     import zarr.storage
@@ -253,11 +283,9 @@ def zarr_store(url: str, storage: StorageConfig | None = None, *, read_only: boo
     return zarr.storage.ObjectStore(object_store(url, storage), read_only=read_only)
 
 
-def default_storage() -> StorageConfig:
-    """The storage section's defaults (AWS, signed requests), built only when none is given."""
-    from pipeline.config.model import StorageConfig
-
-    return StorageConfig()
+def default_storage() -> StorageSettings:
+    """The storage section's defaults (AWS, signed requests), where none is given."""
+    return StorageSettings()
 
 
 # --- listing objects for inputs ---------------------------------------------------------------------
@@ -306,7 +334,7 @@ def is_glob(path: str) -> bool:
 
 
 def list_objects(
-    pattern: str, storage: StorageConfig, on_page: Callable[[int], Any] | None = None
+    pattern: str, storage: Storage, on_page: Callable[[int], Any] | None = None
 ) -> list[tuple[str, int, int, str]]:
     """The objects an ``s3://bucket/prefix/**/*.tif`` glob names: ``(url, size, last_modified_ns, etag)``
     from ONE prefix listing (paged by the store), matched client side; never a request per object. A
@@ -357,7 +385,7 @@ def list_objects(
     return found
 
 
-def store_error(error: BaseException, url: str, storage: StorageConfig, key: str = "inputs.paths") -> ConfigError:
+def store_error(error: BaseException, url: str, storage: Storage, key: str = "inputs.paths") -> ConfigError:
     """A ConfigError for a failed request to ``url`` that says which setting to check; no secret in it.
     ``key``: the config key that named ``url``."""
     text = redact(str(error))
@@ -425,7 +453,7 @@ def head_url(url: str) -> tuple[int, int, str]:
     return int(meta["size"]), int(modified.timestamp() * 1e9) if modified else 0, str(meta.get("e_tag") or "")
 
 
-def check_access(urls: list[str], storage: StorageConfig) -> None:
+def check_access(urls: list[str], storage: Storage) -> None:
     """One ranged GET of the first ``s3://`` object of each bucket in ``urls``: raises the ConfigError of
     :func:`store_error` for an unknown bucket, an endpoint that does not answer or refused credentials.
     A missing object passes (it is skipped and listed at read time). For runs planned from a trusted
@@ -446,7 +474,7 @@ def check_access(urls: list[str], storage: StorageConfig) -> None:
             raise store_error(e, url, storage) from None
 
 
-def read_object(url: str, storage: StorageConfig | None, key: str = "inputs.index") -> bytes | None:
+def read_object(url: str, storage: Storage | None, key: str = "inputs.index") -> bytes | None:
     """The bytes of one object, or None when it does not exist. A failed request is the ConfigError of
     :func:`store_error` on config ``key`` (the setting that named ``url``)."""
     parent, _, name = url.rpartition("/")
@@ -457,7 +485,7 @@ def read_object(url: str, storage: StorageConfig | None, key: str = "inputs.inde
         raise store_error(e, url, storage, key=key) from None
 
 
-def write_object(url: str, data: bytes, storage: StorageConfig | None, key: str = "inputs.index") -> None:
+def write_object(url: str, data: bytes, storage: Storage | None, key: str = "inputs.index") -> None:
     """Put one whole object (S3 makes it visible whole or not at all); errors as :func:`read_object`'s."""
     parent, _, name = url.rpartition("/")
     storage = storage or default_storage()

@@ -188,3 +188,36 @@ def test_an_idle_worker_takes_the_partition_whose_files_it_has_open() -> None:
     assert pick([1, 2, 3, 5, 6], {"c", "d"}, []) == 5
     assert pick([1, 2, 3, 7, 8], {"x"}, []) == 1  # no overlap anywhere: the earliest
     assert pick([1, 2, 3, 7, 5], {"c", "d"}, []) == 7  # 5 is past the lookahead
+
+
+WORKER = """
+import pickle, sys
+from pipeline.execute.workers import PROCESS_PRELOAD
+for name in PROCESS_PRELOAD:
+    __import__(name)
+from pipeline.execute.task import run_partition
+with open(sys.argv[1], "rb") as f:
+    partition, ctx = pickle.load(f)
+record = run_partition(partition, ctx)
+print(record["chunks"], "pydantic" in sys.modules)
+"""
+
+
+def test_a_worker_runs_its_tasks_without_importing_pydantic(tmp_path: Path, small_dir: Path) -> None:
+    """The fork server imports what workers need and no more: a task's context carries its storage
+    settings as plain values, so a worker (the server's imports, then a task unpickled and run) never
+    imports pydantic, ~70 ms of the server's start that a short run waits for."""
+    import pickle
+
+    from pipeline.execute.runner import _prepare_store, task_context
+
+    cfg = load_config(write_config(tmp_path, str(small_dir / "**" / "*.tif")), ["execution.scheduler=processes"])
+    _, plan = plan_run(cfg)
+    _prepare_store(cfg, plan, overwrite=True, resume=False)
+    (tmp_path / "task.pickle").write_bytes(pickle.dumps((plan.partitions[0], task_context(cfg, plan))))
+    r = subprocess.run(
+        [sys.executable, "-c", WORKER, str(tmp_path / "task.pickle")], capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    chunks, pydantic = r.stdout.split()
+    assert int(chunks) > 0 and pydantic == "False"

@@ -35,7 +35,7 @@ from pipeline.planning.windows import infer_grid
 from pipeline.report.diagnostics import compute_diagnostics, compute_stragglers, compute_task_overhead
 from pipeline.report.progress import NoProgress, progress_for
 from pipeline.report.summary import StageClock, compute_stages, summarise_workers, write_report
-from pipeline.storage import write_object
+from pipeline.storage import task_storage, write_object
 from pipeline.store.layout import create_store, finalize_store, journal_done, store_config, store_exists
 from pipeline.store.replace import move_aside
 from pipeline.store.resume import check_resumable
@@ -331,7 +331,7 @@ def task_context(config: Config, plan: Plan, catalog: Any = None) -> TaskContext
         on_error=config.execution.on_error,
         engine=config.resampling_engine,
         grid_width=plan.grid.shape_yx[1],
-        storage=config.storage,
+        storage=task_storage(config.storage),
         store_stamp=store_stamp(config.output.path, names, config.storage),
         gdal_env=tuple(sorted((str(k), str(v)) for k, v in config.inputs.gdal_env.items())),
         mask_exclude=exclude,

@@ -51,8 +51,8 @@ class TaskContext:
     skip_covered: bool = True
     """first/last fusion: skip reading and resampling where earlier tiles already filled the chunk."""
     storage: Any = None
-    """The config's :class:`~pipeline.config.StorageConfig` (endpoint, region; never a credential: each
-    worker resolves those from its own AWS chain), for an ``s3://`` store."""
+    """The config's storage settings as a :class:`~pipeline.storage.StorageSettings` (endpoint, region;
+    never a credential: each worker resolves those from its own AWS chain), for an ``s3://`` store."""
     store_stamp: str | None = None
     """:func:`pipeline.store.write.store_stamp` of the store: workers read its metadata once per process."""
     gdal_env: tuple[tuple[str, str], ...] = ()

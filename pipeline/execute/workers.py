@@ -84,10 +84,10 @@ def worker_start_method(configured: str | None = None) -> str:
 PROCESS_PRELOAD = (
     *(m for m in WORKER_PRELOAD if m != "distributed"),
     "pipeline.execute.processes",
-    "pipeline.config.model",
 )
 """What the fork server imports for ``execution.scheduler: processes``, whose workers never import Dask: the
-worker's stack, the pool's own module, and the config model (a task's context holds the storage settings)."""
+worker's stack and the pool's own module. Not pydantic: a task's context carries its storage settings as
+plain values (:class:`pipeline.storage.StorageSettings`)."""
 
 
 def start_fork_server(preload: tuple[str, ...] = PROCESS_PRELOAD) -> None:

@@ -27,7 +27,7 @@ from pipeline.planning.grid import offset_transform
 from pipeline.planning.plan import SourceWindow
 
 if TYPE_CHECKING:  # the model imports pydantic; workers need only its attributes
-    from pipeline.config.model import StorageConfig
+    from pipeline.storage import Storage
 
 MAX_OPEN_FILES = 64
 _local = threading.local()
@@ -37,7 +37,7 @@ _opens = [0]  # datasets opened by this process (a list so threads share one cou
 _settings: list[Any] = [None, ()]  # storage (None: the defaults), gdal_env pairs: this process's remote reads
 
 
-def configure_reads(storage: StorageConfig | None, gdal_env: tuple[tuple[str, str], ...] = ()) -> None:
+def configure_reads(storage: Storage | None, gdal_env: tuple[tuple[str, str], ...] = ()) -> None:
     """The storage settings remote reads of this process use (a task sets them from its context)."""
     _settings[:] = [storage, tuple(gdal_env)]
 
@@ -46,7 +46,7 @@ _sessions: dict[tuple[Any, ...], Any] = {}
 _sessions_lock = threading.Lock()
 
 
-def cloud_env(storage: StorageConfig, gdal_env: dict[str, Any] | None = None) -> Any:
+def cloud_env(storage: Storage, gdal_env: dict[str, Any] | None = None) -> Any:
     """A ``rasterio.Env`` for remote reads: the cloud GDAL options and this process's AWS session for
     ``storage``, made once per process (a session costs ~40 ms: it resolves the AWS chain)."""
     import rasterio

@@ -35,7 +35,7 @@ from pipeline.store import zarr2
 from pipeline.store.space import first_part, write_error
 
 if TYPE_CHECKING:  # the model imports pydantic; workers need only its attributes
-    from pipeline.config.model import StorageConfig
+    from pipeline.storage import Storage
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ def sharding_json(inner: list[dict[str, Any]], chunks: tuple[int, ...]) -> list[
     ]
 
 
-def output_store(path: str, storage: StorageConfig | None) -> Any:
+def output_store(path: str, storage: Storage | None) -> Any:
     """The obstore store of the output at ``path`` (cached per path and storage settings)."""
     return cached_store(path, storage or default_storage())
 
@@ -146,7 +146,7 @@ def _local_missing(path: str) -> bool:
     return scheme(path) == "file" and not os.path.isdir(path)
 
 
-def _root_json(path: str, storage: StorageConfig | None) -> dict[str, Any] | None:
+def _root_json(path: str, storage: Storage | None) -> dict[str, Any] | None:
     """The group's ``zarr.json``; for a Zarr v2 store, a document of the same shape whose attributes are
     the consolidated ``.zmetadata``'s (written last, so completion is judged there) or, before
     finalisation, ``.zattrs`` (never complete); None: no group."""
@@ -166,7 +166,7 @@ def _root_json(path: str, storage: StorageConfig | None) -> dict[str, Any] | Non
     return {"zarr_format": 2, "attributes": {}} if read_bytes(store, zarr2.GROUP) is not None else None
 
 
-def store_is_complete(path: str, storage: StorageConfig | None = None) -> bool:
+def store_is_complete(path: str, storage: Storage | None = None) -> bool:
     """Whether the store at ``path`` is one this pipeline finished (its attributes say ``pipeline_complete``)."""
     try:
         root = _root_json(path, storage)
@@ -175,7 +175,7 @@ def store_is_complete(path: str, storage: StorageConfig | None = None) -> bool:
     return bool(root and root.get("attributes", {}).get("pipeline_complete", False))
 
 
-def store_exists(path: str, storage: StorageConfig | None = None) -> bool:
+def store_exists(path: str, storage: Storage | None = None) -> bool:
     """Whether ``path`` holds a group ``zarr.json`` (a store to resume, or to refuse)."""
     try:
         return _root_json(path, storage) is not None
@@ -213,7 +213,7 @@ def _names(entries: list[str]) -> str:
     return ", ".join(shown) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
 
 
-def inspect_output(path: str, storage: StorageConfig | None = None) -> str | None:
+def inspect_output(path: str, storage: Storage | None = None) -> str | None:
     """What is at ``path``: None for nothing (no such path, an empty folder, an empty prefix); ``""`` for
     a store of this pipeline and nothing else; otherwise a phrase saying what is there."""
     import obstore
@@ -270,7 +270,7 @@ def inspect_output(path: str, storage: StorageConfig | None = None) -> str | Non
 
 
 def check_output_path(
-    path: str, storage: StorageConfig | None, *, overwrite: bool, switches: Switches = PYTHON_SWITCHES
+    path: str, storage: Storage | None, *, overwrite: bool, switches: Switches = PYTHON_SWITCHES
 ) -> None:
     """Make ``path`` ready for a new store: nothing there, or (with ``overwrite``) a store this pipeline
     wrote, which is removed; anything else is a ConfigError naming ``output.path`` and stays untouched.
@@ -331,7 +331,7 @@ def create_store(
     config_hash: str,
     settings: dict[str, Any],
     overwrite: bool,
-    storage: StorageConfig | None = None,
+    storage: Storage | None = None,
     shards_yx: tuple[int, int] | None = None,
     zarr_format: int = 3,
     switches: Switches = PYTHON_SWITCHES,
@@ -416,16 +416,14 @@ def create_store(
         raise error from None
 
 
-def journal_done(path: str, storage: StorageConfig | None = None) -> set[str]:
+def journal_done(path: str, storage: Storage | None = None) -> set[str]:
     """Keys of the partitions a previous run finished."""
     if _local_missing(path):
         return set()
     return {k.rsplit("/", 1)[-1] for k, _ in list_keys(output_store(path, storage), JOURNAL_DIR)}
 
 
-def store_config(
-    path: str, storage: StorageConfig | None = None, switches: Switches = PYTHON_SWITCHES
-) -> dict[str, Any]:
+def store_config(path: str, storage: Storage | None = None, switches: Switches = PYTHON_SWITCHES) -> dict[str, Any]:
     """The attributes a previous run left: config hash and settings, completion."""
     try:
         root = _root_json(path, storage)
@@ -447,7 +445,7 @@ class StoreUsage:
     data_bytes: int
 
 
-def finalize_store(path: str, storage: StorageConfig | None = None) -> StoreUsage:
+def finalize_store(path: str, storage: Storage | None = None) -> StoreUsage:
     """Drop the journal, mark complete, consolidate metadata; return what the store holds.
 
     Consolidated metadata (zarr-python's extension to v3, which xarray reads in one request) is every
@@ -503,6 +501,6 @@ def _finalize_v2(store: Any, names: list[str]) -> tuple[list[str], str]:
     return bands, ""
 
 
-def store_size(path: str, storage: StorageConfig | None = None) -> int:
+def store_size(path: str, storage: Storage | None = None) -> int:
     """Bytes of every object under ``path`` (0 where nothing is there)."""
     return 0 if _local_missing(path) else sum(size for _, size in list_keys(output_store(path, storage)))

@@ -13,12 +13,12 @@ from pipeline.storage import scheme
 from pipeline.store.layout import inspect_output, store_exists
 
 if TYPE_CHECKING:
-    from pipeline.config import StorageConfig
+    from pipeline.storage import Storage
 
 logger = logging.getLogger(__name__)
 
 
-def move_aside(path: str, storage: StorageConfig, *, overwrite: bool, resume: bool) -> threading.Thread | None:
+def move_aside(path: str, storage: Storage, *, overwrite: bool, resume: bool) -> threading.Thread | None:
     """With ``--overwrite``, a local store this pipeline wrote is renamed into a hidden folder beside it
     and deleted there while the run goes on; the thread that waits for the deletion is returned, to be
     joined before the store is finalized. None where there is nothing to move or it cannot be moved

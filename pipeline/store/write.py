@@ -40,7 +40,7 @@ from pipeline.store.layout import ARRAY_DOCS, JOURNAL_DIR, get_json, output_stor
 from pipeline.store.space import write_error
 
 if TYPE_CHECKING:  # the model imports pydantic; workers need only its attributes
-    from pipeline.config.model import StorageConfig
+    from pipeline.storage import Storage
 
 logger = logging.getLogger(__name__)
 _arrays: dict[tuple[Any, ...], tuple[Any, BandArray]] = {}
@@ -73,7 +73,7 @@ class BandArray:
         return f"{band}/c/" + "/".join(str(i) for i in index)
 
 
-def _stamp(path: str, band: str, storage: StorageConfig | None) -> Any:
+def _stamp(path: str, band: str, storage: Storage | None) -> Any:
     """What changes when the band's ``zarr.json`` (Zarr v2: ``.zarray``) is written again: its inode and
     mtime locally, its ETag in a bucket (a HEAD: workers are given it in the task context instead)."""
     if scheme(path) == "file":
@@ -94,12 +94,12 @@ def _stamp(path: str, band: str, storage: StorageConfig | None) -> Any:
     return None
 
 
-def store_stamp(path: str, bands: list[str], storage: StorageConfig | None = None) -> str:
+def store_stamp(path: str, bands: list[str], storage: Storage | None = None) -> str:
     """One string that changes whenever any band's ``zarr.json`` is written again (see :func:`open_array`)."""
     return "|".join(str(_stamp(path, b, storage)) for b in bands)
 
 
-def open_array(path: str, band: str, storage: StorageConfig | None = None, stamp: str | None = None) -> BandArray:
+def open_array(path: str, band: str, storage: Storage | None = None, stamp: str | None = None) -> BandArray:
     """The band's layout and chunk encoder, read from its ``zarr.json`` (no zarr-python: its import was
     ~0.2 s of every worker's start), cached per process while that file is the same: a store made again
     at the same path (``--overwrite``, another run on a long-lived worker, or a worker forked from a
@@ -291,7 +291,7 @@ class StoreWriter:
     shards (:func:`pipeline.planning.plan.pack_partitions`), so every shard is written once, by one task."""
 
     path: str
-    storage: StorageConfig | None = None
+    storage: Storage | None = None
     stamp: str | None = None
     """:func:`store_stamp`, from the task context."""
     _pending: dict[tuple[str, int, int, int], dict[tuple[int, ...], Any]] = field(default_factory=dict)
@@ -377,7 +377,7 @@ def write_chunk(
     t: int,
     window: tuple[int, int, int, int],
     data: np.ndarray,
-    storage: StorageConfig | None = None,
+    storage: Storage | None = None,
 ) -> int:
     """Write one whole chunk (a sharded array: its whole shard, the other chunks empty). Returns bytes."""
     writer = StoreWriter(path, storage)
@@ -386,7 +386,7 @@ def write_chunk(
     return n
 
 
-def journal_record(path: str, key: str, storage: StorageConfig | None = None) -> None:
+def journal_record(path: str, key: str, storage: Storage | None = None) -> None:
     """Record partition ``key`` as finished (after all its chunks are written)."""
     try:
         write_bytes(output_store(path, storage), f"{JOURNAL_DIR}/{key}", b"")
