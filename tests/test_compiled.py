@@ -99,3 +99,31 @@ def test_a_run_says_whether_compiled_kernels_ran(tmp_path: Path, small_dir: Path
     path = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
     on = run(load_config(path, ["execution.scheduler=threads"])).report["execution"]["compiled_kernels"]
     assert on["ran"] and on["windows"] > 0
+
+
+def test_worker_processes_run_the_kernels_their_fork_server_loaded(tmp_path: Path, small_dir: Path) -> None:
+    """``pipeline run`` on processes with ``PIPELINE_COMPILED=1``: the fork server loads numba and the kernels
+    before it forks (``pipeline.execute.server_preload``); its workers run them, with the NumPy kernels' cube."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import zarr
+
+    from tests.helpers import write_config
+
+    path = write_config(tmp_path, str(small_dir / "**" / "*.tif"), execution={"scheduler": "processes", "workers": 2})
+    cubes = {}
+    for flag in ("1", "0"):
+        out = tmp_path / f"cube{flag}.zarr"
+        cmd = [sys.executable, "-m", "pipeline", "run", str(path), "-q", "--set", f"output.path={out}"]
+        r = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "PIPELINE_COMPILED": flag}
+        )
+        assert r.returncode == 0, r.stderr[-2000:]
+        report = json.loads((tmp_path / f"cube{flag}.report.json").read_text())
+        assert report["execution"]["compiled_kernels"]["ran"] is (flag == "1")
+        cubes[flag] = zarr.open_group(str(out), mode="r")
+    for name in ("B02", "B04", "B11"):
+        np.testing.assert_array_equal(cubes["1"][name][:], cubes["0"][name][:])

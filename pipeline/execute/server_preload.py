@@ -1,7 +1,9 @@
 """The fork server's first import, so its workers start warm: rasterio without boto3
 (:func:`pipeline.execute.workers.import_rasterio`, ~0.1 s of the server's start, which a short run
 waits for), then each library's run-independent first-use set-up
-(:func:`pipeline.execute.task.warm_libraries`, ~60 ms a worker would otherwise spend). The server is
+(:func:`pipeline.execute.task.warm_libraries`, ~60 ms a worker would otherwise spend), and, where
+``PIPELINE_COMPILED=1`` turns them on, numba and the compiled kernels loaded from their cache
+(:func:`pipeline.resample.compiled.compile_all`, ~0.5 s once instead of in every worker's first task). The server is
 single-threaded, so no other thread can meet boto3's stand-in; a worker's first ``s3://`` read imports
 the real boto3."""
 
@@ -12,3 +14,8 @@ import_rasterio()
 from pipeline.execute.task import warm_libraries  # noqa: E402 - rasterio first, without boto3
 
 warm_libraries()
+
+from pipeline.resample import compiled  # noqa: E402
+
+if compiled.available():
+    compiled.compile_all()

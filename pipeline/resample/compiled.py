@@ -3,8 +3,10 @@ reprojected maps, compiled by numba (detected here, once). The NumPy kernels sta
 compare the two: the same bits) and the CuPy path.
 
 They are off unless ``PIPELINE_COMPILED=1`` is in the environment: measured here they were 1.1-1.6x the
-NumPy kernels per call, but importing numba and loading the compiled code costs each process ~0.7-1 s,
-and a case-study run's resampling task-seconds did not fall (docs/resampling.md, "Compiled kernels").
+NumPy kernels per call, and took a cloudy composite's resampling from 3.54 to 1.93 task-seconds, but
+importing numba and loading the compiled code costs ~0.5 s (the fork server does it once, before it
+forks the workers: :mod:`pipeline.execute.server_preload`), which a run of the fixtures' size waits for:
+the same wall on the cloudy preset, 1.2x on the case study (docs/performance.md, "Compiled kernels").
 Compiled code is cached beside the module (numba's ``cache=True``); :func:`compile_all`
 compiles every signature they take, which ``make install`` runs, so a run that turns them on pays no
 compilation.
