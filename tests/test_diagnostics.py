@@ -292,6 +292,7 @@ def test_downsampling_without_overviews_warns_and_overviews_remove_it(tmp_path: 
     with rasterio.open(next(data.glob("*/*.tif"))) as ds:
         assert ds.overviews(1) == []
     path = write_config(tmp_path, str(data / "**" / "*.tif"), grid={"crs": "EPSG:32632", "resolution": 80})
+    assert any("gdaladdo" in a for a in planned_advice(path))  # `pipeline plan` says so before a pixel is read
     report = run(load_config(path)).report
     assert "overviews" in warned(report), report["diagnostics"]
     assert "overviews" in advice(report, "overviews")
@@ -301,6 +302,14 @@ def test_downsampling_without_overviews_warns_and_overviews_remove_it(tmp_path: 
     fixed = run(load_config(path), overwrite=True).report
     assert "full" not in fixed["plan"]["levels_used"] or fixed["plan"]["levels_used"]["full"] < 16
     assert "overviews" not in warned(fixed), fixed["diagnostics"]
+    assert not any("bytes per byte written" in a for a in planned_advice(path))
+
+
+def planned_advice(path: Path) -> list[str]:
+    """The advice ``pipeline plan`` prints for a config (sizing and overviews, from the plan alone)."""
+    from pipeline.execute.runner import _plan_chunk_advice, plan_run
+
+    return _plan_chunk_advice(plan_run(load_config(path))[1])
 
 
 def test_a_method_that_reads_no_overviews_warns_and_a_blending_one_removes_it(tmp_path: Path, small_dir: Path) -> None:
@@ -311,6 +320,7 @@ def test_a_method_that_reads_no_overviews_warns_and_a_blending_one_removes_it(tm
     assert "overviews" in warned(report), report["diagnostics"]
     assert report["plan"]["full_with_overviews"] == 16  # B02 and B04 on 2 dates, 4 tiles each
     assert "use a blending resampling" in advice(report, "overviews")
+    assert any("use a blending resampling" in a for a in planned_advice(path))  # the plan agrees
     fixed = run(load_config(path, ["resampling=average"]), overwrite=True).report
     assert fixed["plan"]["full_with_overviews"] == 8  # B11 (20 m): its overviews are coarser than the grid
     assert "overviews" not in warned(fixed), fixed["diagnostics"]

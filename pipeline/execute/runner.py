@@ -141,18 +141,15 @@ def _plan_chunk_advice(plan: Plan) -> list[str]:
     """Sizing advice from the plan alone: chunk size (by the run's own rule, :mod:`pipeline.execute.chunkcost`),
     and reads at full resolution for a coarser grid."""
     from pipeline.execute.chunkcost import plan_chunk_advice, planned_chunk
-    from pipeline.report.diagnostics import READ_AMPLIFICATION
+    from pipeline.report.diagnostics import READ_AMPLIFICATION, overview_verdict
 
     chunks = plan_chunk_advice(plan)
     advice = [chunks] if chunks else []
     chunk_bytes, _ = planned_chunk(plan)
     written = plan.n_jobs * chunk_bytes
-    full = plan.levels_used.get("full", 0)
-    if written and plan.bytes_read > READ_AMPLIFICATION * written and full * 2 >= sum(plan.levels_used.values()):
-        advice.append(
-            f"reads {plan.bytes_read / written:.1f} bytes per byte written at full resolution: give the "
-            "inputs overviews (gdaladdo -r average, or COGs) and use average, bilinear or cubic"
-        )
+    mostly, why = overview_verdict(plan.levels_used, plan.full_with_overviews, plan.full_by_method)
+    if written and plan.bytes_read > READ_AMPLIFICATION * written and mostly:
+        advice.append(f"reads {plan.bytes_read / written:.1f} bytes per byte written at full resolution: {why}")
     return advice
 
 

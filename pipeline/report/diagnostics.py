@@ -461,6 +461,27 @@ def _check_partition_size(report: dict[str, Any], threads: int) -> dict[str, str
     )
 
 
+def overview_verdict(levels: dict[str, int], had: int, by_method: int) -> tuple[bool, str]:
+    """Whether the tiles read at full resolution are mostly ones that could read less, and what would:
+    ``levels``: tiles per level read (``plan.levels_used``); ``had``: those at full resolution with
+    overviews; ``by_method``: of those, the ones whose method reads none. The rest of ``had`` have
+    overviews coarser than the grid's pixel where they land, which gdalwarp reads whole too. The run's
+    ``overviews`` check and ``pipeline plan`` judge by it alike."""
+    full = int(levels.get("full", 0))
+    avoidable = full - (had - by_method)
+    mostly = avoidable * 2 >= sum(levels.values())
+    if by_method * 2 >= avoidable:
+        return mostly, (
+            f"{by_method} of the {full} tiles read at full resolution have overviews that this run's method does "
+            "not read: use a blending resampling (average, bilinear, cubic) for those bands, which reads them"
+        )
+    return mostly, (
+        "the grid is coarser than the inputs but they are read at full resolution: give the inputs overviews "
+        "(gdaladdo -r average, or write COGs) and use a blending resampling (average, bilinear, cubic), "
+        "which reads them"
+    )
+
+
 def _check_overviews(report: dict[str, Any]) -> dict[str, str]:
     """Downsampling from full resolution: bytes read per byte written, the levels the plan chose, and why
     the tiles read at full resolution were: no overviews (``gdaladdo`` would give them), a method that reads
@@ -470,25 +491,12 @@ def _check_overviews(report: dict[str, Any]) -> dict[str, str]:
     written = int(sum(t.get("bytes_written", 0) for t in report["tasks"]))
     plan = report.get("plan", {})
     levels = plan.get("levels_used") or {}
-    full = int(levels.get("full", 0))
     had = int(plan.get("full_with_overviews", 0))
     by_method = int(plan.get("full_by_method", had))
     coarse = had - by_method
-    avoidable = full - coarse
     ratio = read / written if written else 0.0
     judged = read >= MIN_READ_BYTES and written > 0
-    warn = judged and ratio > READ_AMPLIFICATION and avoidable * 2 >= sum(levels.values())
-    if by_method * 2 >= avoidable:
-        advice = (
-            f"{by_method} of the {full} tiles read at full resolution have overviews that this run's method does "
-            "not read: use a blending resampling (average, bilinear, cubic) for those bands, which reads them"
-        )
-    else:
-        advice = (
-            "the grid is coarser than the inputs but they are read at full resolution: give the inputs overviews "
-            "(gdaladdo -r average, or write COGs) and use a blending resampling (average, bilinear, cubic), "
-            "which reads them"
-        )
+    mostly, advice = overview_verdict(levels, had, by_method)
     why = []
     if by_method:
         why.append(f"{by_method} with overviews this method does not read")
@@ -496,7 +504,7 @@ def _check_overviews(report: dict[str, Any]) -> dict[str, str]:
         why.append(f"{coarse} whose overviews are coarser than the grid's pixel, as gdalwarp judges: read whole")
     return _check(
         "overviews",
-        warn,
+        judged and ratio > READ_AMPLIFICATION and mostly,
         f"read {ratio:.1f} bytes per byte written; tiles read at "
         + (", ".join(f"{k}: {v}" for k, v in levels.items()) or "no level")
         + (f" ({'; '.join(why)})" if why else "")
