@@ -12,7 +12,12 @@ import zarr
 import pipeline.execute.schedulers
 from pipeline.config import load_config
 from pipeline.execute.runner import plan_run, run
-from pipeline.execute.schedulers import AUTO_THREADS_MAX_MB, choose_scheduler
+from pipeline.execute.schedulers import (
+    AUTO_THREADS_MAX_MB,
+    AUTO_THREADS_MAX_MB_IDLE,
+    auto_threads_max_mb,
+    choose_scheduler,
+)
 from tests.helpers import write_config
 
 BANDS = ("B01", "B02", "B04", "B11")
@@ -121,9 +126,10 @@ def test_auto_picks_processes_above_the_bound_and_a_cluster_for_addresses_and_gp
     cfg = load_config(path, ["execution.device=cpu"])
     _, plan = plan_run(cfg)
     todo = [plan.partitions[i] for i in range(len(plan.partitions))]
-    assert sum(p.cost_bytes for p in todo) / 1e6 < AUTO_THREADS_MAX_MB
+    assert sum(p.cost_bytes for p in todo) / 1e6 < min(AUTO_THREADS_MAX_MB, AUTO_THREADS_MAX_MB_IDLE)
     assert choose_scheduler(cfg, todo)[0] == "threads"
     monkeypatch.setattr(pipeline.execute.schedulers, "AUTO_THREADS_MAX_MB", 0.5)  # the small fixture counts as large
+    monkeypatch.setattr(pipeline.execute.schedulers, "AUTO_THREADS_MAX_MB_IDLE", 0.5)
     scheduler, reason = choose_scheduler(cfg, todo)
     assert scheduler == "processes" and "> 0 MB" in reason
     address = load_config(path, ["execution.scheduler=tcp://127.0.0.1:8786"])
@@ -155,3 +161,12 @@ def test_resume_under_threads_finishes_a_cluster_run(tmp_path: Path, small_dir: 
     assert result.report["plan"]["resumed_done"] == len(keys) - 1 and len(result.report["tasks"]) == 1
     assert result.report["execution"]["scheduler"] == "threads"
     same_cube(first.output.path, runs["threads"][0].output.path)
+
+
+def test_auto_bound_is_lower_where_the_cores_are_free() -> None:
+    """Free cores (load under one per core) run the fork server's imports beside the planning: processes
+    from 16 MB of planned work; busy ones from 100 MB. The reason names the load."""
+    assert auto_threads_max_mb(1.3, 2) == (AUTO_THREADS_MAX_MB_IDLE, "cores free: load 1.3 on 2")
+    assert auto_threads_max_mb(2.0, 2) == (AUTO_THREADS_MAX_MB, "cores busy: load 2.0 on 2")
+    assert auto_threads_max_mb(None, 2)[0] == AUTO_THREADS_MAX_MB
+    assert AUTO_THREADS_MAX_MB_IDLE < 57 < AUTO_THREADS_MAX_MB  # the mixed preset: processes only on free cores

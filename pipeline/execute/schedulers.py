@@ -122,15 +122,41 @@ def _decide_devices(client: Any, config: Config, todo: list[Any], ctx: TaskConte
 
 AUTO_THREADS_MAX_MB = 100.0
 """``execution.scheduler: auto`` runs the partitions on threads in the driver up to this many MB of
-planned work (bytes to read plus bytes to write, summed over the partitions to do); above it, on a pool
-of worker processes (:mod:`pipeline.execute.processes`). Threads save the pool's start (the fork server's
-imports and each worker's warm-up, ~0.6 s on 2 cores); processes share no GIL, which NumPy's short
-operations hand over between threads thousands of times a task. Measured with ``BENCH_REPEATS=3 python
-bench/scheduler.py`` (2 workers on 2 shared cores; docs/performance.md), wall over threads': small (4 MB)
-processes 1.62x, local cluster 2.89x; casestudy (199 MB) processes 0.75x, local cluster 1.63x;
-casestudy-x4 (797 MB) processes 1.01x, local cluster 1.41x. On the line through the small and case-study
-points the two meet near 80 MB. A local cluster lost at every size on one machine: auto picks it only for
-a GPU, whose device handling lives there."""
+planned work (bytes to read plus bytes to write, summed over the partitions to do) where the machine's
+cores are busy (a load average of at least one per core); above it, on a pool of worker processes
+(:mod:`pipeline.execute.processes`). Threads save the pool's start (the fork server's imports and each
+worker's warm-up, ~0.6 s on 2 cores); processes share no GIL, which NumPy's short operations hand over
+between threads thousands of times a task. Measured with ``BENCH_REPEATS=3 python bench/scheduler.py``
+(2 workers on 2 cores shared with other users' jobs, load 2.4-3.6; docs/performance.md), wall over
+threads': small (4 MB) processes 1.62x, local cluster 2.89x; casestudy (199 MB) processes 0.75x, local
+cluster 1.63x; casestudy-x4 (797 MB) processes 1.01x, local cluster 1.41x. On the line through the small
+and case-study points the two meet near 80 MB. A local cluster lost at every size on one machine: auto
+picks it only for a GPU, whose device handling lives there."""
+
+AUTO_THREADS_MAX_MB_IDLE = 16.0
+"""The same bound where the cores are free (a load average under one per core): the fork server's
+imports then take a core that would idle while the driver plans. Measured with ``BENCH_CONFIGS=
+configs/small.yaml,configs/mixed.yaml,configs/casestudy.yaml BENCH_SCHEDULERS=threads,processes
+BENCH_REPEATS=5 python bench/scheduler.py`` (load 1.3-1.8 on 2 cores), processes' wall over threads':
+small (6 MB) 1.04x, mixed (57 MB) 0.86x, casestudy (266 MB) 0.94x; the line through the first two
+crosses 1 near 17 MB."""
+
+
+def auto_threads_max_mb(load: float | None, cores: int) -> tuple[float, str]:
+    """(the bound, why) for a machine of ``cores`` at a 1-minute ``load`` average (None: unknown, taken
+    as busy)."""
+    if load is not None and load < cores:
+        return AUTO_THREADS_MAX_MB_IDLE, f"cores free: load {load:.1f} on {cores}"
+    return AUTO_THREADS_MAX_MB, "cores busy: load " + (f"{load:.1f} on {cores}" if load is not None else "unknown")
+
+
+def _machine_load() -> tuple[float | None, int]:
+    """The 1-minute load average (None where the system gives none) and the cores."""
+    try:
+        load: float | None = os.getloadavg()[0]
+    except (OSError, AttributeError):
+        load = None
+    return load, os.cpu_count() or 1
 
 
 def choose_scheduler(config: Config, todo: list[Any], given: Any = None) -> tuple[str, str]:
@@ -148,11 +174,12 @@ def choose_scheduler(config: Config, todo: list[Any], given: Any = None) -> tupl
     if config.execution.device == "auto" and detect_gpu().available:
         return "local-cluster", "auto: a GPU is present; GPU runs use a local cluster's worker processes"
     work_mb = sum(p.cost_bytes for p in todo) / 1e6
-    if work_mb <= AUTO_THREADS_MAX_MB:
-        return "threads", f"auto: {work_mb:.0f} MB of planned work <= {AUTO_THREADS_MAX_MB:.0f} MB: threads"
+    bound, why = auto_threads_max_mb(*_machine_load())
+    if work_mb <= bound:
+        return "threads", f"auto: {work_mb:.0f} MB of planned work <= {bound:.0f} MB ({why}): threads"
     return (
         "processes",
-        f"auto: {work_mb:.0f} MB of planned work > {AUTO_THREADS_MAX_MB:.0f} MB: worker processes (no GIL shared)",
+        f"auto: {work_mb:.0f} MB of planned work > {bound:.0f} MB ({why}): worker processes (no GIL shared)",
     )
 
 
