@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import logging
 import multiprocessing
 import os
@@ -158,7 +159,7 @@ def _pick(
     ``recent`` (a worker's latest) less those that other workers are reading now (``others``); the
     earliest among equals. Task order never changes the output, only what each worker opens again."""
     best, best_score = 0, None
-    for k, i in enumerate(list(queue)[:LOOKAHEAD]):
+    for k, i in enumerate(itertools.islice(queue, LOOKAHEAD)):  # (not list(queue): O(1) a pick, not O(n))
         mine = files_of(i)
         score = sum(f in recent for f in mine) - sum(len(mine & busy) for busy in others)
         if best_score is None or score > best_score:
