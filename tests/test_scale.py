@@ -93,3 +93,36 @@ def test_project_wall_spreads_task_seconds_over_workers_and_keeps_the_fixed_part
     four = project_wall(report, {"bytes_to_read": 400, "bytes_out": 200, "driver_s": 0.3}, workers=4)
     assert four["task_s"] == pytest.approx({"read": 8.0, "mask": 0.0, "resample": 12.0, "reduce": 0.0, "write": 4.0})
     assert four["wall_s"] == pytest.approx(0.3 + 0.2 + 24.0 / 4 + 0.5)
+
+
+def test_project_wall_prices_maps_per_geometry_and_worker_not_per_byte() -> None:
+    """Resampling = per byte + per map made. Tasks whose first ones make the maps separate the two (a
+    least-squares fit); the projection then makes as many maps for 4x the dates over the same tiles, and
+    twice as many on twice the worker processes."""
+    from pipeline.report.sizing import map_costs, project_maps, project_wall
+
+    per_byte, per_map = 4e-9, 2.5e-3  # 4 ms per MB, 2.5 ms per map (the case study's, measured)
+    tasks = []
+    for pid in (1, 2):  # two worker processes, each making every one of 90 geometries' maps in its first tasks
+        for k, made in enumerate([40, 30, 20, 0, 0, 0, 0]):
+            read = 10e6 + 1e6 * k
+            tasks.append(
+                {"pid": pid, "bytes_read": read, "maps_made": made, "resample_s": per_byte * read + per_map * made}
+            )
+    report = {
+        "stage_task_s": {"read": 1.0, "resample": sum(t["resample_s"] for t in tasks), "write": 1.0},
+        "stages": {"overhead": 0.2},
+        "inputs": {"bytes_read": sum(t["bytes_read"] for t in tasks), "files": 10},
+        "tasks": [dict(t, bytes_written=1e6) for t in tasks],
+        "plan": {"geometries": 90},
+    }
+    report["stage_task_s"].update(index=0.0, plan=0.0, finalize=0.0)
+    assert map_costs(report) == pytest.approx((per_byte, per_map))
+    read = report["inputs"]["bytes_read"]
+    x4 = {"bytes_to_read": 4 * read, "bytes_out": 4 * 14e6, "geometries": 90, "windows": 10_000, "driver_s": 0}
+    assert project_maps(report, x4, workers=2) == pytest.approx(180)  # the same maps, 4x the bytes
+    assert project_maps(report, x4, workers=4) == pytest.approx(360)
+    assert project_wall(report, x4, 2)["task_s"]["resample"] == pytest.approx(per_byte * 4 * read + per_map * 180)
+    few = dict(x4, windows=100)
+    assert project_maps(report, few, workers=4) == 100  # never more maps than windows
+    assert map_costs({**report, "tasks": report["tasks"][:3]}) is None  # too few tasks to separate them

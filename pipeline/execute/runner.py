@@ -205,6 +205,7 @@ def summarise_plan(config: Config, catalog: Any, plan: Plan, clock: StageClock |
         "chunks": plan.n_chunks,
         "jobs": plan.n_jobs,
         "windows": plan.n_pairs,
+        "geometries": plan.n_geometries,
         "tasks": len(plan.partitions),
         "partition_mb": {
             "target": config.execution.partition_mb,
@@ -475,6 +476,7 @@ def _run(
             "chunks": plan.n_chunks,
             "jobs": plan.n_jobs,
             "windows": plan.n_pairs,
+            "geometries": plan.n_geometries,
             "windows_skipped": int(sum(r.get("windows_skipped", 0) for r in records)),
             "bytes_to_read": plan.bytes_read,
             "partition_mb": config.execution.partition_mb,

@@ -390,6 +390,9 @@ class Plan:
     """Tiles read at each overview level ("full", "overview 0", ...)."""
     inferred: tuple[tuple[str, str], ...] = ()
     """Grid settings the config left null and the inputs gave: (key, what was taken)."""
+    n_geometries: int = 0
+    """Distinct (tile geometry, chunk) pairs: the coordinate maps a worker making every window would make
+    (a tile's bands of one resolution and its dates share a map; :mod:`pipeline.report.sizing` prices them)."""
     full_with_overviews: int = 0
     """Tiles read at full resolution whose files have overviews (their band's method reads none, or the
     overviews are coarser than the grid)."""
@@ -713,6 +716,7 @@ def compute_plan(
         n_chunks=len(bands) * len(times) * grid.n_chunks_yx[0] * grid.n_chunks_yx[1],
         n_jobs=len(job_first),
         n_pairs=n_pairs,
+        n_geometries=int(len(class_of)),
         bytes_read=int(read_bytes.sum()),
         bytes_out=int(sum(int(np.prod(grid.shape_yx)) * len(times) * np.dtype(b.dtype).itemsize for b in bands)),
         levels_used={
