@@ -256,7 +256,7 @@ def test_masking_equals_gdal_on_copies_with_dropped_pixels_set_to_nodata(
             assert ((got != 0) != (undilated != 0)).mean() > 0.01, (band, date)  # the dilation shows
 
 
-def test_report_has_mask_stage_and_dropped_fractions(masked_run: tuple[Any, xr.Dataset]) -> None:
+def test_report_has_mask_stage_and_dropped_fractions(masked_run: tuple[Any, xr.Dataset], cloudy: Cloudy) -> None:
     report = masked_run[0].report
     assert report["stages"]["mask"] > 0 and report["stage_task_s"]["mask"] > 0
     assert report["stages"]["reduce"] == 0
@@ -266,6 +266,13 @@ def test_report_has_mask_stage_and_dropped_fractions(masked_run: tuple[Any, xr.D
         fractions = mask["dropped_fraction"][band]
         assert sorted(fractions) == [f"{d}T00:00:00" for d in DATES]
         assert all(0.05 < v < 0.95 for v in fractions.values()), fractions
+    # what each rule matched, before the dilation: the classes' shares of the SCL files the grid covers
+    scl = np.concatenate(
+        [rasterio.open(cloudy.files[(d, t, "SCL")]).read(1).ravel() for d in DATES for t in TILES]  # noqa: SIM115
+    )
+    assert set(mask["matched_share"]) == {f"class {v}" for v in EXCLUDE}
+    for v in EXCLUDE:
+        assert abs(mask["matched_share"][f"class {v}"] - float(np.mean(scl == v))) < 0.015, (v, mask["matched_share"])
 
 
 @pytest.mark.parametrize("reducer", ["median", "mean", "first", "max", "count"])
@@ -418,6 +425,9 @@ def test_clear_observations_warns_on_thin_periods_and_a_longer_one_clears_it(clo
     check = next(d for d in thin.report["diagnostics"] if d["check"] == "clear_observations")
     assert check["status"] == "warn", check
     assert "composite.period: P1M" in check["advice"] and "mask.exclude" in check["advice"]
+    matched = check["advice"].split("these rules matched ")[1]  # which classes cost the most pixels, most first
+    shares = [float(part.rsplit(" ", 1)[1].rstrip("%")) for part in matched.split(", ")]
+    assert len(shares) == len(EXCLUDE) and shares == sorted(shares, reverse=True) and shares[0] > 0
     whole, _ = _run(cloudy, tmp_path / "all", composite={"period": "all", "reducer": "first"})
     check = next(d for d in whole.report["diagnostics"] if d["check"] == "clear_observations")
     assert check["status"] == "ok", check

@@ -263,6 +263,11 @@ def summarise_masks(plan: Plan, ctx: TaskContext, records: list[dict[str, Any]])
     dropped_by: dict[str, dict[str, float | None]] = {}
     for (band, t), (d, v) in sorted(sums.items()):
         dropped_by.setdefault(band, {})[plan.dates[t]] = d / v if v else None
+    rules: dict[str, int] = {}
+    for r in records:
+        for rule, n in r.pop("mask_rules", {}).items():
+            rules[rule] = rules.get(rule, 0) + n
+    pixels = rules.pop("pixels", 0)
     return {
         "band": plan.mask_band,
         "exclude": list(ctx.mask_exclude),
@@ -270,6 +275,7 @@ def summarise_masks(plan: Plan, ctx: TaskContext, records: list[dict[str, Any]])
         "dilate": ctx.mask_dilate,
         "tiles_without_mask": len(plan.unmasked),
         "dropped_fraction": dropped_by,
+        "matched_share": {rule: n / pixels for rule, n in rules.items()} if pixels else {},
     }
 
 
@@ -525,6 +531,7 @@ def _run(
         report["composite"] = {**summarise_composite(plan), "clear_observations": summarise_clear(plan, records)}
     for r in records:  # what a run without a mask or composite left in them: empty lists
         r.pop("masked", None)
+        r.pop("mask_rules", None)
         r.pop("clear", None)
     report["network"] = network
     report["memory"] = {

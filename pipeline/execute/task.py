@@ -209,6 +209,8 @@ class _Tally:
     tiles: set[str] = field(default_factory=set)
     skipped: list[dict[str, str]] = field(default_factory=list)
     degraded: list[str] = field(default_factory=list)
+    rules: dict[str, int] = field(default_factory=dict)
+    """Mask pixels judged, and those each rule matched (:func:`count_rules`)."""
     masked: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     """(band, date index) -> [dropped pixels, valid pixels] of the source windows judged."""
     clear: dict[int, list[int]] = field(default_factory=dict)
@@ -248,9 +250,12 @@ class _JudgedMasks:
         self._lock = threading.Lock()
         self.bytes = 0
 
-    def drop(self, ctx: TaskContext, src: SourceWindow, shape: tuple[int, int]) -> np.ndarray:
+    def drop(
+        self, ctx: TaskContext, src: SourceWindow, shape: tuple[int, int], rules: dict[str, int] | None = None
+    ) -> np.ndarray:
         """Per pixel of ``src``'s window (``shape``), whether its mask tile drops it: the mask pixel at the
-        pixel's centre (nearest, same tile), after the rules and the dilation."""
+        pixel's centre (nearest, same tile), after the rules and the dilation. ``rules``: where a mask
+        window is read and judged, its pixels that each rule matches are added there (:func:`count_rules`)."""
         m = src.mask
         assert m is not None  # called only for masked sources
         need = mask_window(src.transform, shape, m.transform, (m.height, m.width), ctx.mask_dilate)
@@ -270,6 +275,8 @@ class _JudgedMasks:
             at = offset_transform(m.transform, win[0], win[1])
             values = read_window(SourceWindow(m.path, -1, win, at, src.crs, float("nan"), band_index=m.band_index))
             entry = _Judged(dilate(drop_pixels(values, ctx.mask_exclude, ctx.mask_bits), ctx.mask_dilate))
+            if rules is not None:
+                count_rules(values, ctx.mask_exclude, ctx.mask_bits, rules)
         sampled = sample_nearest(entry.judged, offset_transform(m.transform, win[0], win[1]), src.transform, shape)
         sampled.flags.writeable = False  # shared by the bands that ask for it
         self._keep(tile, win, entry, (src.transform, shape), sampled)
@@ -318,6 +325,19 @@ MASKS = _JudgedMasks()
 """This process's judged mask windows, shared by its threads and tasks."""
 
 
+def count_rules(values: np.ndarray, exclude: tuple[int, ...], bits: tuple[int, ...], into: dict[str, int]) -> None:
+    """Add to ``into`` the mask pixels of ``values`` (a mask window, before the dilation) that each rule
+    matches, as ``class <v>`` and ``bit <b>``, and all of them as ``pixels``: the report's
+    ``mask.matched_share``, which tells the clear-observations advice which rules cost the most pixels."""
+    into["pixels"] = into.get("pixels", 0) + int(values.size)
+    for v in exclude:
+        key = f"class {v:g}"
+        into[key] = into.get(key, 0) + int(np.count_nonzero(drop_pixels(values, (v,), ())))
+    for b in bits:
+        key = f"bit {b}"
+        into[key] = into.get(key, 0) + int(np.count_nonzero(drop_pixels(values, (), (b,))))
+
+
 def _contains(outer: tuple[int, int, int, int], inner: tuple[int, int, int, int]) -> bool:
     """Whether window ``outer`` (row_off, col_off, height, width) holds all of ``inner``."""
     return (
@@ -361,7 +381,7 @@ def _fuse_layer(
             t1 = time.perf_counter()
             tally.read_s += t1 - t0
             if src.mask is not None:
-                drop = MASKS.drop(ctx, src, data.shape)
+                drop = MASKS.drop(ctx, src, data.shape, tally.rules)
                 src_nodata = src.nodata if not np.isnan(src.nodata) else nodata
                 valid = valid_mask(data, src_nodata, np)
                 counts = tally.masked.setdefault((job.band, src.layer), [0, 0])
@@ -566,6 +586,7 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
         "skipped": tally.skipped,
         "degraded_chunks": tally.degraded,
         "masked": [[b, t, d, v] for (b, t), (d, v) in sorted(tally.masked.items())],
+        "mask_rules": dict(tally.rules),
         "clear": [[t, hist] for t, hist in sorted(tally.clear.items())],
         "network": netstats.take(),
         "rss_mb": rss_mb(),

@@ -10,7 +10,7 @@ from collections import defaultdict
 from typing import Any
 
 from pipeline.report.remote_checks import check_object_sizes, network_checks
-from pipeline.report.summary import TASK_STAGES, max_concurrency
+from pipeline.report.summary import TASK_STAGES, max_concurrency, rules_text
 
 
 def _check(check: str, warn: bool, detail: str, advice: str) -> dict[str, str]:
@@ -37,6 +37,7 @@ def check_clear_observations(report: dict[str, Any]) -> dict[str, str]:
     bad = [t for t in thin if t[1] > FEW_CLEAR_SHARE]
     worst = max(thin, key=lambda t: t[1], default=None)
     excluded = report.get("mask", {}).get("exclude", [])
+    shares = report.get("mask", {}).get("matched_share") or {}
     detail = (
         f"{len(bad)} of {len(thin)} {comp['period']} steps have over {FEW_CLEAR_SHARE:.0%} of their pixels with "
         f"fewer than {need} clear observation{'s' if need > 1 else ''}"
@@ -46,6 +47,8 @@ def check_clear_observations(report: dict[str, Any]) -> dict[str, str]:
     advice = (
         f"a longer period (composite.period: {longer}) gives each pixel more dates" if longer else "more dates"
     ) + (f", or exclude fewer classes (mask.exclude: {excluded})" if excluded else "")
+    if shares:
+        advice += f"; of the mask's pixels these rules matched {rules_text(shares)}"
     return _check("clear_observations", bool(bad), detail, advice)
 
 

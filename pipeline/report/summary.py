@@ -160,6 +160,11 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def rules_text(shares: dict[str, float]) -> str:
+    """``mask.matched_share`` as text, the rules that match most first: ``class 9 41%, class 8 30%``."""
+    return ", ".join(f"{rule} {share:.0%}" for rule, share in sorted(shares.items(), key=lambda kv: -kv[1]))
+
+
 def _format_composite(report: dict[str, Any]) -> list[str]:
     """The mask (what it dropped, per band over the dates) and the composite (its shape), where the run had them."""
     lines = []
@@ -174,6 +179,8 @@ def _format_composite(report: dict[str, Any]) -> list[str]:
         lines.append(
             f"mask: {mask['band']} ({rule}, dilate {mask['dilate']}) dropped per date: " + (", ".join(parts) or "none")
         )
+        if mask.get("matched_share"):
+            lines.append(f"  of the mask's pixels, before the dilation: {rules_text(mask['matched_share'])}")
     comp = report.get("composite")
     if comp:
         lines.append(
