@@ -48,7 +48,7 @@ class Storage(Protocol):
 @dataclass(frozen=True)
 class StorageSettings:
     """The storage section's settings as tasks carry them (:func:`task_storage`): plain values, so a
-    worker unpickles them without pydantic, whose import was ~70 ms of the fork server's start that a
+    worker unpickles them without pydantic, whose import costs ~70 ms of the fork server's start that a
     short run waits for."""
 
     endpoint_url: str | None = None
