@@ -277,7 +277,7 @@ class _JudgedMasks:
             entry = _Judged(dilate(drop_pixels(values, ctx.mask_exclude, ctx.mask_bits), ctx.mask_dilate))
             if rules is not None:
                 count_rules(values, ctx.mask_exclude, ctx.mask_bits, rules)
-        sampled = sample_nearest(entry.judged, offset_transform(m.transform, win[0], win[1]), src.transform, shape)
+        sampled = sample_nearest(entry.judged, m.transform, src.transform, shape, origin=(win[0], win[1]))
         sampled.flags.writeable = False  # shared by the bands that ask for it
         self._keep(tile, win, entry, (src.transform, shape), sampled)
         return sampled
@@ -294,18 +294,18 @@ class _JudgedMasks:
         with self._lock:
             key = (tile, win)
             kept = self._kept.get(key)
-            if kept is None:
-                if entry.judged.nbytes + sampled.nbytes > self.max_bytes:
+            if kept is None:  # new, or evicted since this thread found it: counted whole again
+                if entry.nbytes() + sampled.nbytes > self.max_bytes:
                     return
                 kept = self._kept[key] = entry
                 self._windows.setdefault(tile, set()).add(win)
-                self.bytes += entry.judged.nbytes
+                self.bytes += entry.nbytes()
             if at not in kept.samples:
                 kept.samples[at] = sampled
                 self.bytes += sampled.nbytes
             while self.bytes > self.max_bytes:
                 (old_tile, old_win), old = self._kept.popitem(last=False)
-                self.bytes -= old.judged.nbytes + sum(a.nbytes for a in old.samples.values())
+                self.bytes -= old.nbytes()
                 wins = self._windows[old_tile]
                 wins.discard(old_win)
                 if not wins:
@@ -319,6 +319,9 @@ class _Judged:
 
     judged: np.ndarray
     samples: dict[tuple[Any, ...], np.ndarray] = field(default_factory=dict)
+
+    def nbytes(self) -> int:
+        return int(self.judged.nbytes + sum(a.nbytes for a in self.samples.values()))
 
 
 MASKS = _JudgedMasks()

@@ -145,16 +145,23 @@ def window_transform(transform: Transform, window: Window) -> Transform:
 
 
 def sample_nearest(
-    drop: Any, mask_transform: Transform, data_transform: Transform, data_shape: tuple[int, int], xp: Any = np
+    drop: Any,
+    mask_transform: Transform,
+    data_transform: Transform,
+    data_shape: tuple[int, int],
+    xp: Any = np,
+    origin: tuple[int, int] = (0, 0),
 ) -> Any:
-    """The value of ``drop`` (over a mask window whose top-left is ``mask_transform``) under each data
-    pixel's centre: mask column ``floor((x_centre - c_m) / a_m)``, row likewise, in float64. A centre
-    outside the window is not dropped (False)."""
+    """The value of ``drop`` under each data pixel's centre: mask column ``floor((x_centre - c_m) / a_m)``,
+    row likewise, in float64, on the grid of ``mask_transform``; ``drop`` holds that grid's pixels from
+    row and column ``origin`` (a window of the file: pass the file's transform and the window's offset,
+    so that every window of the file finds a centre in the same mask pixel). A centre outside ``drop``
+    is not dropped (False)."""
     h, w = data_shape
     a_d, _, c_d, _, e_d, f_d = data_transform[:6]
     a_m, _, c_m, _, e_m, f_m = mask_transform[:6]
-    rows = _centre_index(f_d, e_d, h, f_m, e_m, xp)
-    cols = _centre_index(c_d, a_d, w, c_m, a_m, xp)
+    rows = _centre_index(f_d, e_d, h, f_m, e_m, xp) - origin[0]
+    cols = _centre_index(c_d, a_d, w, c_m, a_m, xp) - origin[1]
     mh, mw = drop.shape
     in_rows = (rows >= 0) & (rows < mh)
     in_cols = (cols >= 0) & (cols < mw)
