@@ -399,12 +399,8 @@ def _check_long_tail(report: dict[str, Any], durations: list[float], med: float)
     typical = statistics.median([reads(t) for t in tasks]) if tasks else 0.0
     slow = [reads(by_id[s["id"]]) for s in stragglers[:3] if s["id"] in by_id]
     fine = bool(slow) and typical > 0 and max(slow) > READ_AMPLIFICATION * typical
-    plan = report.get("plan", {})
-    full = int((plan.get("levels_used") or {}).get("full", 0))
-    coarse = int(plan.get("full_with_overviews", 0)) - int(
-        plan.get("full_by_method", plan.get("full_with_overviews", 0))
-    )
-    if fine and coarse * 2 > full:  # mostly tiles whose overviews are coarser than the grid: read whole, rightly
+    full, had, by_method = _full_reads(report)
+    if fine and (had - by_method) * 2 > full:  # mostly tiles whose overviews are coarser than the grid
         advice = (
             f"the slowest tasks read {max(slow) / typical:.0f}x more bytes per byte written than the median task: "
             "their tiles are read at full resolution because their overviews are coarser than the grid's pixel "
@@ -421,8 +417,8 @@ def _check_long_tail(report: dict[str, Any], durations: list[float], med: float)
             "uneven partitions: a chunk needs far more input than the others; lower output.chunks or "
             "execution.partition_mb so large work splits"
         )
-    # Worker processes (or cluster workers) that all finished together were held up by nothing: the
-    # longest tasks ran first. (A threads run names one worker; its tail is judged by the tasks alone.)
+    # Workers (threads, processes or cluster workers) that all finished together were held up by
+    # nothing: the longest tasks ran first. (A run of one worker is judged by its tasks alone.)
     last: dict[str, float] = {}
     for t in tasks:
         last[t["worker"]] = max(last.get(t["worker"], 0.0), t["end"])
@@ -464,6 +460,14 @@ def _check_partition_size(report: dict[str, Any], threads: int) -> dict[str, str
     )
 
 
+def _full_reads(report: dict[str, Any]) -> tuple[int, int, int]:
+    """Tiles read at full resolution; of those, the ones with overviews; of those, the ones whose method
+    reads none (a report without that count: all of them)."""
+    plan = report.get("plan", {})
+    had = int(plan.get("full_with_overviews", 0))
+    return int((plan.get("levels_used") or {}).get("full", 0)), had, int(plan.get("full_by_method", had))
+
+
 def overview_verdict(levels: dict[str, int], had: int, by_method: int) -> tuple[bool, str]:
     """Whether the tiles read at full resolution are mostly ones that could read less, and what would:
     ``levels``: tiles per level read (``plan.levels_used``); ``had``: those at full resolution with
@@ -473,7 +477,7 @@ def overview_verdict(levels: dict[str, int], had: int, by_method: int) -> tuple[
     full = int(levels.get("full", 0))
     avoidable = full - (had - by_method)
     mostly = avoidable * 2 >= sum(levels.values())
-    if by_method * 2 >= avoidable:
+    if by_method and by_method * 2 >= avoidable:
         return mostly, (
             f"{by_method} of the {full} tiles read at full resolution have overviews that this run's method does "
             "not read: use a blending resampling (average, bilinear, cubic) for those bands, which reads them"
@@ -492,10 +496,8 @@ def _check_overviews(report: dict[str, Any]) -> dict[str, str]:
     reads those whole too: nothing to do, so they do not count toward the warning)."""
     read = int(report["inputs"].get("bytes_read", 0))
     written = int(sum(t.get("bytes_written", 0) for t in report["tasks"]))
-    plan = report.get("plan", {})
-    levels = plan.get("levels_used") or {}
-    had = int(plan.get("full_with_overviews", 0))
-    by_method = int(plan.get("full_by_method", had))
+    levels = report.get("plan", {}).get("levels_used") or {}
+    _, had, by_method = _full_reads(report)
     coarse = had - by_method
     ratio = read / written if written else 0.0
     judged = read >= MIN_READ_BYTES and written > 0
