@@ -189,6 +189,13 @@ def test_an_idle_worker_takes_the_partition_whose_files_it_has_open() -> None:
     assert pick([1, 2, 3, 7, 8], {"x"}, []) == 1  # no overlap anywhere: the earliest
     assert pick([1, 2, 3, 7, 5], {"c", "d"}, []) == 7  # 5 is past the lookahead
 
+    # the head passed over LOOKAHEAD times is taken next, whatever the worker has open
+    q, passed, order = deque([0, *range(4, 12)]), {}, []
+    files.update({i: frozenset({"c", "d"}) for i in range(9, 12)})
+    while q:
+        order.append(_pick(q, files.__getitem__, OrderedDict.fromkeys(["c", "d"]), [], passed))
+    assert order.index(0) == LOOKAHEAD, order
+
 
 WORKER = """
 import pickle, sys

@@ -154,16 +154,23 @@ def _pick(
     files_of: Callable[[int], frozenset[str]],
     recent: OrderedDict[str, None],
     others: list[frozenset[str]],
+    passed: dict[int, int] | None = None,
 ) -> int:
     """Take from ``queue`` the partition, of its first :data:`LOOKAHEAD`, that reads most of the files in
     ``recent`` (a worker's latest) less those that other workers are reading now (``others``); the
-    earliest among equals. Task order never changes the output, only what each worker opens again."""
+    earliest among equals. ``passed`` counts how often each partition at the head was passed over: one
+    passed over :data:`LOOKAHEAD` times is taken next, so the costliest never drifts to the end of the
+    run (a long tail). Task order never changes the output, only what each worker opens again."""
+    passed = {} if passed is None else passed
     best, best_score = 0, None
-    for k, i in enumerate(itertools.islice(queue, LOOKAHEAD)):  # (not list(queue): O(1) a pick, not O(n))
-        mine = files_of(i)
-        score = sum(f in recent for f in mine) - sum(len(mine & busy) for busy in others)
-        if best_score is None or score > best_score:
-            best, best_score = k, score
+    if passed.get(queue[0], 0) < LOOKAHEAD:
+        for k, i in enumerate(itertools.islice(queue, LOOKAHEAD)):  # (not list(queue): O(1) a pick, not O(n))
+            mine = files_of(i)
+            score = sum(f in recent for f in mine) - sum(len(mine & busy) for busy in others)
+            if best_score is None or score > best_score:
+                best, best_score = k, score
+    if best:
+        passed[queue[0]] = passed.get(queue[0], 0) + 1
     picked = queue[best]
     del queue[best]
     return picked
@@ -226,11 +233,12 @@ class ProcessPool:
                 files[i] = partition_files(todo[i])
             return files[i]
 
+        passed: dict[int, int] = {}
         while left:
             for w in self.workers:
                 if w.task is None and queue:
                     others = [files_of(o.task) for o in self.workers if o.task is not None]
-                    w.task = _pick(queue, files_of, w.recent, others)
+                    w.task = _pick(queue, files_of, w.recent, others, passed)
                     w.ran(files_of(w.task))
                     w.conn.send((w.task, todo[w.task], *decisions[w.task]))
             busy = [w for w in self.workers if w.task is not None]
