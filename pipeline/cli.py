@@ -133,7 +133,13 @@ def run(
     collector_off = own and gc.isenabled()
     if collector_off:
         gc.disable()
-    from pipeline.execute.workers import import_rasterio, start_fork_server, start_worker_server, tune_malloc
+    from pipeline.execute.workers import (
+        import_rasterio,
+        start_fork_server,
+        start_worker_server,
+        tune_malloc,
+        usable_cores,
+    )
 
     _setup_logging(verbose, quiet)
     extra = {"execution.workers": workers, "execution.scheduler": scheduler, "execution.device": device}
@@ -148,7 +154,7 @@ def run(
     if chosen == "local-cluster":
         start_worker_server()  # the local workers' imports, on another core, while this process imports and plans
     elif chosen == "processes" or (
-        chosen in (None, "auto") and execution.get("device") != "gpu" and (os.cpu_count() or 1) > 1
+        chosen in (None, "auto") and execution.get("device") != "gpu" and usable_cores() > 1
     ):
         # The process pool's fork server likewise, and for auto too, which picks processes for all but small
         # jobs: its imports take a core this process leaves idle while it imports and plans.

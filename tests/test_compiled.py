@@ -124,6 +124,33 @@ def test_worker_processes_run_the_kernels_their_fork_server_loaded(tmp_path: Pat
         assert r.returncode == 0, r.stderr[-2000:]
         report = json.loads((tmp_path / f"cube{flag}.report.json").read_text())
         assert report["execution"]["compiled_kernels"]["ran"] is (flag == "1")
+        assert report["execution"]["compiled_kernels"]["loaded_in_tasks"] == 0  # loaded before the fork
         cubes[flag] = zarr.open_group(str(out), mode="r")
     for name in ("B02", "B04", "B11"):
         np.testing.assert_array_equal(cubes["1"][name][:], cubes["0"][name][:])
+
+
+def test_a_fork_server_whose_kernels_fail_to_load_runs_the_numpy_kernels() -> None:
+    """Where the compiled kernels fail to load in the fork server (a broken numba or cache), the server
+    logs why and turns them off for the workers it forks, instead of dying and failing the run."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from pipeline.resample import compiled\n"
+        "def broken():\n    raise RuntimeError('no LLVM here')\n"
+        "compiled.compile_all = broken\n"
+        "import os, pipeline.execute.server_preload\n"
+        "print(os.environ['PIPELINE_COMPILED'], compiled.available())\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PIPELINE_COMPILED": "1"},
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["0", "False"]
+    assert "compiled kernels failed to load (RuntimeError: no LLVM here)" in r.stderr

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import tracemalloc
 import warnings
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -478,7 +479,7 @@ def test_kept_mask_windows_serve_every_band_and_judge_as_a_fresh_read(tmp_path: 
     and 60 m bands, asked in any order and in parts, take one read of the SCL file, and every answer
     equals the drop mask judged from the whole file and sampled at the data pixels' centres."""
     from pipeline.execute import task
-    from pipeline.inputs.read import read_window
+    from pipeline.inputs.read import configure_reads, read_window
     from pipeline.planning.plan import MaskSource, SourceWindow
 
     rng = np.random.default_rng(7)
@@ -538,3 +539,20 @@ def test_kept_mask_windows_serve_every_band_and_judge_as_a_fresh_read(tmp_path: 
             assert len(reads) == 1 and kept.bytes > 0
         else:
             assert len(reads) < len(asks)
+
+    # the file is made again between two runs (a resumed one too): the next run judges it afresh, the
+    # same run keeps what it judged
+    src, shape = asks[0]
+    ctx = replace(ctx, run_token="first")
+    configure_reads(None, (), "first")
+    kept.max_bytes = 64 << 20
+    kept.drop(ctx, src, shape)
+    with rasterio.open(path, "w", transform=file_t, **profile) as ds:
+        ds.write(np.where(scl == 4, np.uint8(9), np.uint8(4)), 1)
+    again = dilate(drop_pixels(np.where(scl == 4, np.uint8(9), np.uint8(4)), (3, 8, 9, 10)), 2)
+    np.testing.assert_array_equal(
+        kept.drop(ctx, src, shape), sample_nearest(whole, tuple(file_t)[:6], src.transform, shape)
+    )
+    configure_reads(None, (), "second")  # as the next run's tasks do: its threads open the files afresh
+    got = kept.drop(replace(ctx, run_token="second"), src, shape)
+    np.testing.assert_array_equal(got, sample_nearest(again, tuple(file_t)[:6], src.transform, shape))

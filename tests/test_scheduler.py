@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +171,19 @@ def test_auto_bound_is_lower_where_the_cores_are_free() -> None:
     assert auto_threads_max_mb(2.0, 2) == (AUTO_THREADS_MAX_MB, "cores busy: load 2.0 on 2")
     assert auto_threads_max_mb(None, 2)[0] == AUTO_THREADS_MAX_MB
     assert AUTO_THREADS_MAX_MB_IDLE < 57 < AUTO_THREADS_MAX_MB  # the mixed preset: processes only on free cores
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+def test_auto_counts_the_cores_this_process_may_use() -> None:
+    """A process pinned to one core (``taskset``, a container's CPU set) starts one worker, not one per
+    core of the machine: ``usable_cores`` reads the affinity."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os\nos.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
+        "from pipeline.execute.workers import usable_cores\nprint(usable_cores(), os.cpu_count())\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    pinned, machine = map(int, r.stdout.split())
+    assert pinned == 1 and machine >= 1

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import pickle
+import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -27,7 +27,7 @@ from pipeline.execute.device import (
 from pipeline.execute.schedulers import execute_tasks, machine_mb, threads_available
 from pipeline.execute.stopping import stopped_cleanly
 from pipeline.execute.task import TaskContext, peak_rss_mb
-from pipeline.execute.workers import start_fork_server, start_worker_server
+from pipeline.execute.workers import start_fork_server, start_worker_server, usable_cores
 from pipeline.inputs.catalog import build_catalog, describe_bands, mask_rule
 from pipeline.inputs.netstats import summarise as summarise_network
 from pipeline.planning.plan import Plan, compute_plan
@@ -112,7 +112,7 @@ def composite_args(config: Config) -> dict[str, Any]:
     c = config.composite
     budget = float("inf")
     if c is not None:
-        budget = c.stack_mb if c.stack_mb is not None else (machine_mb() or 8000.0) / (os.cpu_count() or 1) / 4
+        budget = c.stack_mb if c.stack_mb is not None else (machine_mb() or 8000.0) / usable_cores() / 4
     return {
         "mask_band": None if config.mask is None else config.mask.band,
         "composite": None if c is None else (c.period, c.reducer),
@@ -176,7 +176,7 @@ def summarise_plan(config: Config, catalog: Any, plan: Plan, clock: StageClock |
 
     costs = [float(c) / 1e6 for c in plan.partitions.costs()] or [0.0]
     advice = []
-    workers = config.execution.workers or os.cpu_count() or 1
+    workers = config.execution.workers or usable_cores()
     if len(plan.partitions) < 2 * workers:
         advice.append(
             f"{len(plan.partitions)} tasks for {workers} workers: lower execution.partition_mb "
@@ -345,6 +345,7 @@ def task_context(config: Config, plan: Plan, catalog: Any = None) -> TaskContext
         count_band=plan.count_band,
         chunk_rows=plan.grid.chunks_yx[0],
         grid_height=plan.grid.shape_yx[0],
+        run_token=uuid.uuid4().hex,
     )
 
 
@@ -501,7 +502,7 @@ def _run(
             "workers": len(worker_names),
             "threads": threads,
             "threads_available": threads_available(config, threads),
-            "cores": os.cpu_count() or 1,
+            "cores": usable_cores(),
             "device_requested": config.execution.device,
             "exec_wall_s": exec_wall,
             "max_task_arg_bytes": max_arg,
@@ -510,6 +511,7 @@ def _run(
             "compiled_kernels": {  # PIPELINE_COMPILED=1 (pipeline.resample.compiled)
                 "windows": int(sum(r.get("compiled_windows", 0) for r in records)),
                 "ran": any(r.get("compiled_windows", 0) for r in records),
+                "loaded_in_tasks": int(sum(bool(r.get("compiled_loaded")) for r in records)),
             },
             "maps": {
                 "reused": int(sum(r.get("maps_reused", 0) for r in records)),

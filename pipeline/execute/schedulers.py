@@ -31,6 +31,7 @@ from pipeline.execute.workers import (
     WORKER_MALLOC,
     main_script_kept_from_workers,
     start_worker_server,
+    usable_cores,
     worker_start_method,
 )
 from pipeline.report.progress import NoProgress
@@ -51,7 +52,7 @@ def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
     if config.execution.address:
         return Client(config.execution.address, timeout="30s"), None
     start_worker_server()  # idempotent: `local-cluster` runs started it before planning; `auto` starts it here
-    n = config.execution.workers or os.cpu_count() or 1
+    n = config.execution.workers or usable_cores()
     n = max(1, min(n, n_partitions))
     settings: dict[str, Any] = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_MALLOC.items()}
     # distributed's statistical profiler samples each worker's task thread every 10 ms, holding the GIL
@@ -156,7 +157,7 @@ def _machine_load() -> tuple[float | None, int]:
         load: float | None = os.getloadavg()[0]
     except (OSError, AttributeError):
         load = None
-    return load, os.cpu_count() or 1
+    return load, usable_cores()
 
 
 def choose_scheduler(config: Config, todo: list[Any], given: Any = None) -> tuple[str, str]:
@@ -210,7 +211,7 @@ def _execute_threads(
     as Dask retries them."""
     from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-    n = (config.execution.workers or os.cpu_count() or 1) * config.execution.threads_per_worker
+    n = (config.execution.workers or usable_cores()) * config.execution.threads_per_worker
     n = max(1, min(n, len(todo)))
     warm_up(None, ctx, crs)  # (this process is the caller's: its allocator is left as it is)
     decisions = _decide_devices(_InProcess(), config, todo, ctx)
@@ -258,7 +259,7 @@ def _execute_processes(
     from pipeline.execute.processes import ProcessPool
     from pipeline.execute.workers import start_fork_server
 
-    n = (config.execution.workers or os.cpu_count() or 1) * config.execution.threads_per_worker
+    n = (config.execution.workers or usable_cores()) * config.execution.threads_per_worker
     n = max(1, min(n, len(todo)))
     decisions = _decide_devices(_InProcess(), config, todo, ctx)
     start_fork_server()  # idempotent: a `processes` run started it before planning
@@ -281,7 +282,7 @@ def threads_available(config: Config, threads: int) -> int:
     """The worker threads the config asked for: local runs start no more than they have partitions."""
     if config.execution.address:
         return threads
-    return max(threads, (config.execution.workers or os.cpu_count() or 1) * config.execution.threads_per_worker)
+    return max(threads, (config.execution.workers or usable_cores()) * config.execution.threads_per_worker)
 
 
 def machine_mb() -> float:

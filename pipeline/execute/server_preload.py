@@ -18,4 +18,14 @@ warm_libraries()
 from pipeline.resample import compiled  # noqa: E402
 
 if compiled.available():
-    compiled.compile_all()
+    try:
+        compiled.compile_all()
+    except Exception as e:  # noqa: BLE001 - a broken numba must not take the server (and the run) down
+        import logging
+        import os
+
+        logging.getLogger("pipeline").warning(
+            "compiled kernels failed to load (%s: %s); this run's workers use the NumPy kernels", type(e).__name__, e
+        )
+        os.environ["PIPELINE_COMPILED"] = "0"  # the workers forked from here
+        compiled.kernels.cache_clear()

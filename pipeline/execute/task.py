@@ -71,6 +71,9 @@ class TaskContext:
     grid_height: int = 0
     device: str = "cpu"
     """Where this task's arrays are computed (set per task from the driver's decision)."""
+    run_token: str = ""
+    """Unique to this run (a resumed one too): what a worker keeps from the files' contents, such as its
+    judged mask windows, is kept for one run, as the files may have changed in between."""
 
 
 def _worker_name() -> str:
@@ -240,8 +243,8 @@ class _JudgedMasks:
     large, and each would read and judge the same mask window again. A kept window serves any window it
     contains, and a larger window judges the pixels a smaller one needs the same (the needed window
     carries the dilation's margin, :func:`pipeline.resample.mask.dilate`), so results do not depend on
-    which task read first. Least recently used out first past ``max_bytes``; keyed by the run's store
-    stamp as well, so a later run on a long-lived worker judges afresh."""
+    which task read first. Least recently used out first past ``max_bytes``; keyed by the run's token as
+    well, so a later run on a long-lived worker (a resumed one too) judges afresh."""
 
     def __init__(self, max_bytes: int = MASK_CACHE_BYTES) -> None:
         self.max_bytes = max_bytes
@@ -261,7 +264,7 @@ class _JudgedMasks:
         need = mask_window(src.transform, shape, m.transform, (m.height, m.width), ctx.mask_dilate)
         if need[2] <= 0 or need[3] <= 0:
             return np.zeros(shape, dtype=bool)
-        tile = (m, ctx.mask_exclude, ctx.mask_bits, ctx.mask_dilate, ctx.store_stamp)
+        tile = (m, ctx.mask_exclude, ctx.mask_bits, ctx.mask_dilate, ctx.run_token)
         with self._lock:
             win = next((w for w in self._windows.get(tile, ()) if _contains(w, need)), None)
             entry = None if win is None else self._kept[(tile, win)]
@@ -511,11 +514,12 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
         if not gpu.available:
             device, reason = "cpu", f"assigned to the GPU but this worker has none ({gpu.reason})"
     ctx = replace(ctx, device=device)
-    configure_reads(ctx.storage, ctx.gdal_env)
+    configure_reads(ctx.storage, ctx.gdal_env, ctx.run_token)
     start = time.time()
     opened_before = open_count()
     hits_before, misses_before = MAPS.tally()
     compiled_before = compiled.calls()
+    signatures_before = compiled.signatures()
     tally = _Tally()
     bands = {b.name: b for b in ctx.bands}
     writer = StoreWriter(ctx.store_path, ctx.storage, ctx.store_stamp)
@@ -577,6 +581,7 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
         "maps_made": misses - misses_before,
         "maps_kept_mb": MAPS.bytes / 1e6,
         "compiled_windows": compiled.calls() - compiled_before,
+        "compiled_loaded": compiled.signatures() > signatures_before,
         "read_s": tally.read_s,
         "mask_s": tally.mask_s,
         "resample_s": tally.resample_s,

@@ -52,6 +52,15 @@ _MALLOPT = {"MALLOC_TRIM_THRESHOLD_": -1, "MALLOC_MMAP_THRESHOLD_": -3}
 """glibc's mallopt() parameter numbers (M_TRIM_THRESHOLD, M_MMAP_THRESHOLD)."""
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's or ``taskset``'s share), which
+    the machine's count overstates where the process is pinned; how many workers ``auto`` starts."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
 def tune_malloc() -> bool:
     """Apply :data:`WORKER_MALLOC` to this process now (glibc only; False where it cannot)."""
     if not sys.platform.startswith("linux"):

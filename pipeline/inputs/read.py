@@ -34,12 +34,14 @@ _local = threading.local()
 _opens = [0]  # datasets opened by this process (a list so threads share one counter)
 
 
-_settings: list[Any] = [None, ()]  # storage (None: the defaults), gdal_env pairs: this process's remote reads
+_settings: list[Any] = [None, (), ""]  # storage (None: the defaults), gdal_env pairs, the run's token
 
 
-def configure_reads(storage: Storage | None, gdal_env: tuple[tuple[str, str], ...] = ()) -> None:
-    """The storage settings remote reads of this process use (a task sets them from its context)."""
-    _settings[:] = [storage, tuple(gdal_env)]
+def configure_reads(storage: Storage | None, gdal_env: tuple[tuple[str, str], ...] = (), run: str = "") -> None:
+    """The storage settings remote reads of this process use (a task sets them from its context), and the
+    run they are for: a thread's open datasets are kept for one run, since a long-lived worker's files may
+    be made again between runs (an open handle would serve its old blocks)."""
+    _settings[:] = [storage, tuple(gdal_env), run]
 
 
 _sessions: dict[tuple[Any, ...], Any] = {}
@@ -64,7 +66,7 @@ def cloud_env(storage: Storage, gdal_env: dict[str, Any] | None = None) -> Any:
 
 def _enter_cloud_env() -> None:
     """Enter this thread's cloud ``rasterio.Env`` once (again only if the settings changed) and keep it."""
-    key = tuple(_settings)
+    key = tuple(_settings[:2])
     held = getattr(_local, "cloud_env", None)
     if held is not None and held[0] == key:
         return
@@ -112,8 +114,11 @@ def _open_dataset(path: str, level: int) -> Any:
     import rasterio
 
     cache: OrderedDict[tuple[str, int], Any] | None = getattr(_local, "datasets", None)
-    if cache is None:
+    if cache is None or getattr(_local, "run", None) != _settings[2]:
+        for old in (cache or {}).values():
+            old.close()
         cache = _local.datasets = OrderedDict()
+        _local.run = _settings[2]
     key = (path, level)
     ds = cache.get(key)
     if ds is not None:

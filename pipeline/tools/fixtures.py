@@ -290,7 +290,9 @@ def write_fixtures(
             for band in p.bands:
                 path = str(root / date / f"{spec.name}_{band}.tif")
                 jobs.append((path, spec, band, d_idx, p, seed))
-    workers = workers or min(len(jobs), os.cpu_count() or 1)
+    from pipeline.execute.workers import usable_cores
+
+    workers = workers or min(len(jobs), usable_cores())
     if workers <= 1:
         paths = [_write_one(j) for j in jobs]
     else:
