@@ -445,3 +445,31 @@ def test_plan_says_how_a_composite_is_split(cloudy: Cloudy, tmp_path: Path) -> N
     assert "row strips" in out.output and "never in time" in out.output
     as_json = json.loads(CliRunner().invoke(main, ["plan", str(tmp_path / "config.yaml"), "-q", "--json"]).output)
     assert as_json["composite"]["strips"] > 1
+
+
+def test_masked_runs_choose_the_compiled_kernels_with_the_numpy_kernels_bits(
+    cloudy: Cloudy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A masked run uses the compiled kernels unless ``PIPELINE_COMPILED=0`` says not (and numba is
+    installed): its report says so and why, and its cube is the NumPy kernels' bit for bit; an unmasked
+    run does not use them."""
+    from pipeline.resample.compiled import installed
+
+    if not installed():
+        pytest.skip("numba is not installed")
+    comp = {"period": "P1M", "reducer": "median"}
+    monkeypatch.delenv("PIPELINE_COMPILED", raising=False)
+    chosen, a = _run(cloudy, tmp_path / "auto", composite=comp)
+    kernels = chosen.report["execution"]["compiled_kernels"]
+    assert kernels["chosen"] and kernels["ran"] and kernels["windows"] > 0
+    assert kernels["reason"].startswith("masked sources")
+    monkeypatch.setenv("PIPELINE_COMPILED", "0")
+    numpy_run, b = _run(cloudy, tmp_path / "numpy", composite=comp)
+    kernels = numpy_run.report["execution"]["compiled_kernels"]
+    assert not kernels["chosen"] and not kernels["ran"] and kernels["reason"] == "PIPELINE_COMPILED=0"
+    for band in BANDS:
+        np.testing.assert_array_equal(a[band].values, b[band].values)
+    monkeypatch.delenv("PIPELINE_COMPILED")
+    unmasked, _ = _run(cloudy, tmp_path / "unmasked", mask=None)
+    kernels = unmasked.report["execution"]["compiled_kernels"]
+    assert not kernels["chosen"] and not kernels["ran"] and kernels["reason"].startswith("no mask")

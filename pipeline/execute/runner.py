@@ -320,6 +320,13 @@ def _prepare_store(
     return set()
 
 
+def compiled_choice(config: Config) -> tuple[bool, str]:
+    """Whether the run's tasks use the compiled kernels, and why (:func:`pipeline.resample.compiled.choose`)."""
+    from pipeline.resample.compiled import choose
+
+    return choose(masked=config.mask is not None)
+
+
 def task_context(config: Config, plan: Plan, catalog: Any = None) -> TaskContext:
     """What every task of this run shares (:class:`TaskContext`), for a store that exists: its stamp is
     read from it. ``catalog``: where ``mask`` names classes, the STAC classification they are looked up in."""
@@ -346,6 +353,7 @@ def task_context(config: Config, plan: Plan, catalog: Any = None) -> TaskContext
         chunk_rows=plan.grid.chunks_yx[0],
         grid_height=plan.grid.shape_yx[0],
         run_token=uuid.uuid4().hex,
+        compiled=compiled_choice(config)[0],
     )
 
 
@@ -388,7 +396,7 @@ def _run(
     if own_workers and config.execution.scheduler == "local-cluster":
         start_worker_server()  # its imports overlap the planning below (auto starts it once it picks a cluster)
     elif own_workers and config.execution.scheduler == "processes":
-        start_fork_server()
+        start_fork_server(compiled=compiled_choice(config)[0])
     catalog, plan = plan_run(config, clock, progress)
     if config.inputs.trust_index:  # planned without a request: check the store answers before writing
         from pipeline.storage import check_access
@@ -508,7 +516,9 @@ def _run(
             "max_task_arg_bytes": max_arg,
             "scheduling_overhead_s": compute_task_overhead(records)[1] / max(threads, 1),
             "chunk_cost": chunk_cost,
-            "compiled_kernels": {  # PIPELINE_COMPILED=1 (pipeline.resample.compiled)
+            "compiled_kernels": {  # pipeline.resample.compiled
+                "chosen": ctx.compiled,
+                "reason": compiled_choice(config)[1],
                 "windows": int(sum(r.get("compiled_windows", 0) for r in records)),
                 "ran": any(r.get("compiled_windows", 0) for r in records),
                 "loaded_in_tasks": int(sum(bool(r.get("compiled_loaded")) for r in records)),

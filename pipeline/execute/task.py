@@ -71,6 +71,8 @@ class TaskContext:
     grid_height: int = 0
     device: str = "cpu"
     """Where this task's arrays are computed (set per task from the driver's decision)."""
+    compiled: bool = False
+    """Whether resampling uses the compiled kernels (:func:`pipeline.resample.compiled.choose`)."""
     run_token: str = ""
     """Unique to this run (a resumed one too): what a worker keeps from the files' contents, such as its
     judged mask windows, is kept for one run, as the files may have changed in between."""
@@ -515,6 +517,7 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
             device, reason = "cpu", f"assigned to the GPU but this worker has none ({gpu.reason})"
     ctx = replace(ctx, device=device)
     configure_reads(ctx.storage, ctx.gdal_env, ctx.run_token)
+    compiled.use(ctx.compiled)
     start = time.time()
     opened_before = open_count()
     hits_before, misses_before = MAPS.tally()

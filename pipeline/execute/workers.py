@@ -99,11 +99,15 @@ worker's stack and the pool's own module. Not pydantic: a task's context carries
 plain values (:class:`pipeline.storage.StorageSettings`)."""
 
 
-def start_fork_server(preload: tuple[str, ...] = PROCESS_PRELOAD) -> None:
-    """Start the fork server now (idempotent; one per process: a running one keeps its own preload)."""
+def start_fork_server(compiled: bool = False, preload: tuple[str, ...] = PROCESS_PRELOAD) -> None:
+    """Start the fork server now (idempotent; one per process: a running one keeps its own preload).
+    ``compiled``: the run chose the compiled kernels, which the server then loads before it forks
+    (:mod:`pipeline.execute.server_compiled`); a server already running without them leaves that load
+    to each worker's first task."""
     from multiprocessing import forkserver
 
-    multiprocessing.get_context("forkserver").set_forkserver_preload(list(preload))
+    extra = ("pipeline.execute.server_compiled",) if compiled else ()
+    multiprocessing.get_context("forkserver").set_forkserver_preload([*preload, *extra])
     forkserver.ensure_running()
 
 
@@ -111,7 +115,7 @@ def start_worker_server() -> None:
     """Start the fork server now (idempotent), with the cluster worker's stack to import, where it will be used."""
     if worker_start_method(os.environ.get(_CONFIG_ENV, "spawn")) != "forkserver":
         return
-    start_fork_server(WORKER_PRELOAD)
+    start_fork_server(preload=WORKER_PRELOAD)
 
 
 class _Boto3OnDemand(types.ModuleType):

@@ -2,14 +2,16 @@
 reprojected maps, compiled by numba (detected here, once). The NumPy kernels stay the reference (tests
 compare the two: the same bits) and the CuPy path.
 
-They are off unless ``PIPELINE_COMPILED=1`` is in the environment: measured here they were 1.1-1.6x the
-NumPy kernels per call, and took a cloudy composite's resampling from 3.54 to 1.93 task-seconds, but
-importing numba and loading the compiled code costs ~0.5 s (the fork server does it once, before it
-forks the workers: :mod:`pipeline.execute.server_preload`), which a run of the fixtures' size waits for:
-the same wall on the cloudy preset, 1.2x on the case study (docs/performance.md, "Compiled kernels").
-Compiled code is cached beside the module (numba's ``cache=True``); :func:`compile_all`
-compiles every signature they take, which ``make install`` runs, so a run that turns them on pays no
-compilation.
+Each run chooses whether its tasks use them (:func:`choose`, the report's ``compiled_kernels.reason``):
+where sources are masked, since the NumPy kernels then gather each tap's validity as well as its value
+and the compiled ones weigh both in one pass (the cloudy preset's resampling took 0.54x the task-seconds,
+and the run 0.93x the wall, load included); not otherwise, since importing numba and loading the
+compiled code (~0.35 s of LLVM's and numba's set-up before the first task, paid by the fork server:
+:mod:`pipeline.execute.server_compiled`) cost more than they saved on the unmasked presets (the case
+study 1.21x the wall, 4x its dates 1.03x). ``PIPELINE_COMPILED=1`` or ``0`` in the environment decides
+instead (docs/performance.md, "Compiled kernels"). Compiled code is cached beside the module (numba's
+``cache=True``); :func:`compile_all` compiles every signature they take, which ``make install`` runs, so a
+run pays no compilation.
 """
 
 from __future__ import annotations
@@ -35,10 +37,63 @@ SUMMED_F4 = ("u1", "i1", "u2", "i2", "f4")
 _tally = threading.local()
 
 
+ENV = "PIPELINE_COMPILED"
+"""``1``: every run uses the compiled kernels; ``0``: none does; unset (or ``auto``): each run chooses."""
+
+
+def asked() -> bool | None:
+    """What :data:`ENV` says: True (``1``), False (``0``), None (unset or ``auto``: the run chooses)."""
+    return {"1": True, "0": False}.get(os.environ.get(ENV, "auto"))
+
+
+def installed() -> bool:
+    """Whether numba can be imported here (without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("numba") is not None
+
+
+def choose(masked: bool) -> tuple[bool, str]:
+    """Whether a run's tasks use the compiled kernels, and why. ``masked``: the run drops pixels by a
+    ``mask`` rule, so that its reprojected windows have nodata within."""
+    said = asked()
+    if said is False:
+        return False, f"{ENV}=0"
+    if not installed():
+        return False, "numba is not installed (pip install 'pipeline[compiled]')"
+    if said:
+        return True, f"{ENV}=1"
+    if masked:
+        return True, (
+            "masked sources: the compiled kernels weigh each tap's validity in the same pass as its value "
+            "(0.54x the NumPy kernels' resampling task-seconds on the cloudy preset, 0.93x its wall)"
+        )
+    return False, (
+        "no mask: loading numba (~0.35 s before the first task) costs more than the compiled kernels save "
+        "on sources without nodata (case study 1.21x the wall); PIPELINE_COMPILED=1 turns them on"
+    )
+
+
+def use(on: bool) -> None:
+    """Whether this thread's resampling uses the compiled kernels (a task sets it from its run's choice)."""
+    _tally.on = on
+
+
+def _on() -> bool:
+    on = getattr(_tally, "on", None)
+    return asked() is True if on is None else bool(on)
+
+
+disabled = [False]
+"""Set where loading the kernels failed in this process (the fork server), so that it and its workers
+run the NumPy kernels whatever their run chose."""
+
+
 @functools.lru_cache(maxsize=1)
 def kernels() -> dict[str, Any] | None:
-    """The compiled kernels by name, or None unless ``PIPELINE_COMPILED=1`` and numba is installed."""
-    if os.environ.get("PIPELINE_COMPILED", "0") != "1":
+    """The compiled kernels by name (numba imported and the kernels jitted; their machine code loads on
+    first call), or None where numba is not installed or :data:`disabled`."""
+    if disabled[0]:
         return None
     try:
         import numba
@@ -53,14 +108,33 @@ def kernels() -> dict[str, Any] | None:
     return {name: jit(getattr(fused, name)) for name in names}
 
 
+def load_in_server() -> float:
+    """Import numba and load every signature (:func:`compile_all`) in a process of this pipeline's own (the
+    fork server), with SciPy hidden: numba imports ``scipy.linalg`` for its ``np.linalg`` support, which
+    these kernels do not use (~0.15 s of the load). Seconds taken."""
+    import time
+
+    t = time.perf_counter()
+    hidden = "scipy" not in sys.modules
+    if hidden:
+        sys.modules["scipy"] = None  # type: ignore[assignment]  # (an import of it raises ImportError)
+    try:
+        if kernels() is not None:
+            compile_all()
+    finally:
+        if hidden and sys.modules.get("scipy", 0) is None:
+            del sys.modules["scipy"]
+    return time.perf_counter() - t
+
+
 def available() -> bool:
-    """Whether compiled kernels run here."""
-    return kernels() is not None
+    """Whether compiled kernels run on this thread: asked for (by the run, or by :data:`ENV`) and installed."""
+    return _on() and kernels() is not None
 
 
 def signatures() -> int:
     """Signatures of the compiled kernels loaded in this process so far (compiled, or read from numba's
-    cache); 0 where they are off. A task after which there are more paid for loading them."""
+    cache); 0 where none is. A task after which there are more paid for loading them."""
     found = kernels() if "numba" in sys.modules else None
     return sum(len(k.signatures) for k in found.values()) if found else 0
 
@@ -109,8 +183,8 @@ def _average_taps(found: dict[str, Any], cmap: CoordMap, src_shape: tuple[int, i
 
 def resample(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any | None:
     """``method`` on a reprojected map by a compiled kernel; None where none applies (a one-CRS map, a
-    CuPy array, a type or stretch the kernels do not take, numba not installed)."""
-    found = kernels()
+    CuPy array, a type or stretch the kernels do not take, not chosen for this run, numba not installed)."""
+    found = kernels() if _on() else None
     if found is None or method not in METHODS or cmap.separable or not isinstance(src, np.ndarray):
         return None
     fill = nodata_fill(nodata, src.dtype, np)[()]  # a scalar of the source's type
@@ -141,9 +215,14 @@ def compile_all() -> float:
     t = time.perf_counter()
     from pipeline.resample.parity import build_map
 
-    cmap = build_map("reproj", 16, np)
-    for dtype in ("u1", "i1", "u2", "i2", "f4", "u4", "i4", "f8"):
-        src = (np.arange(40 * 40) % 50).astype(dtype).reshape(40, 40)
-        for method in METHODS:
-            resample(src, 0.0 if dtype[0] != "f" else math.nan, cmap, method)
+    before = getattr(_tally, "on", None)
+    use(True)
+    try:
+        cmap = build_map("reproj", 16, np)
+        for dtype in ("u1", "i1", "u2", "i2", "f4", "u4", "i4", "f8"):
+            src = (np.arange(40 * 40) % 50).astype(dtype).reshape(40, 40)
+            for method in METHODS:
+                resample(src, 0.0 if dtype[0] != "f" else math.nan, cmap, method)
+    finally:
+        _tally.on = before
     return time.perf_counter() - t
