@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.resample import fused
-from pipeline.resample.common import _kept, all_valid, nodata_fill, valid_mask
+from pipeline.resample.common import _kept, all_valid, nodata_fill
 from pipeline.resample.coords import CoordMap
 
 METHODS = ("nearest", "average")
@@ -101,7 +101,7 @@ def kernels() -> dict[str, Any] | None:
         return None
     jit = numba.njit(nogil=True, cache=True)
     # The helpers first: the kernels call them through the module's globals, compiled as they are.
-    for name in ("row_positions_f4", "_footprint_axis_f4", "_clip_f4", "_ordered_corners"):
+    for name in ("row_positions_f4", "_footprint_axis_f4", "_clip_f4", "_ordered_corners", "_valid_at"):
         fn = getattr(fused, name)
         setattr(fused, name, jit(getattr(fn, "py_func", fn)))  # (once: a second detection finds them compiled)
     names = ("nearest_lines", "average_reach", "average_taps", "weighted_sums_f4")
@@ -163,10 +163,12 @@ def _range(dtype: Any) -> tuple[float, float]:
     return float(np.float32(info.min)), float(np.float32(info.max))
 
 
-def _valid(src: np.ndarray, nodata: float) -> tuple[bool, np.ndarray]:
-    everywhere = all_valid(src, nodata, np)
-    mask = np.ones((1, 1), np.uint8) if everywhere else valid_mask(src, nodata, np).view(np.uint8)
-    return everywhere, mask
+def _nodata_test(dtype: np.dtype, nodata: float) -> tuple[bool, float, bool]:
+    """How the kernels tell a value without data (``common.valid_mask``): (compare with the value, that
+    value as the source's type holds it, in float64; test for NaN)."""
+    if dtype.kind == "f":
+        return not math.isnan(nodata), float(np.asarray(nodata).astype(dtype)), True
+    return not math.isnan(nodata), nodata, False
 
 
 def _average_taps(found: dict[str, Any], cmap: CoordMap, src_shape: tuple[int, int]) -> tuple[Any, ...]:
@@ -200,10 +202,13 @@ def resample(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any | None
     if cmap.corners is None:
         return None
     first, wy, wx, overlap = _kept(cmap, ("fused-average", src.shape), _average_taps, found, cmap, src.shape)
-    everywhere, mask = _valid(src, nodata)
+    everywhere = all_valid(src, nodata, np)
     unsigned_convex = src.dtype.kind == "u" and src.dtype.itemsize <= 4
     lo_hi = np.array(_range(src.dtype), np.float32)
-    found["weighted_sums_f4"](src, mask, everywhere, first, wy, wx, overlap, fill, unsigned_convex, lo_hi, out)
+    test_value, value, test_nan = _nodata_test(src.dtype, nodata)
+    found["weighted_sums_f4"](
+        src, test_value, value, test_nan, everywhere, first, wy, wx, overlap, fill, unsigned_convex, lo_hi, out
+    )
     _count()
     return out
 

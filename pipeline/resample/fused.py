@@ -122,11 +122,25 @@ def average_taps(row_ptr, col, count, t0, x0, dx, y0, dy, src_h, src_w, first, w
         ya, yb = yb, ya
 
 
-def weighted_sums_f4(src, valid, all_valid, first, wy, wx, overlap, fill, unsigned_convex, lo_hi, out):  # type: ignore[no-untyped-def]  # noqa: E501
+def _valid_at(v, test_value, nodata, test_nan):  # type: ignore[no-untyped-def]
+    """Whether a source value holds data (``common.valid_mask``): not ``nodata`` where ``test_value``, not
+    NaN where ``test_nan``; compared in float64, ``nodata`` already in the source's float type."""
+    x = np.float64(v)
+    if test_nan and x != x:
+        return False
+    return not (test_value and x == nodata)
+
+
+def weighted_sums_f4(
+    src, test_value, nodata, test_nan, all_valid, first, wy, wx, overlap, fill, unsigned_convex, lo_hi, out
+):  # type: ignore[no-untyped-def]  # noqa: E501
     """Σ w·v / Σ w·valid over per-pixel taps (``first``, ``wy``, ``wx``) in float32, in the NumPy kernels'
-    order (along x for each tap row, times that row's weight, rows added in turn); taps off the source add
-    nothing. Without nodata the weight sum is ``overlap``. Then GDAL's rounding (half up for integers;
-    ``unsigned_convex``: a cast truncates a non-negative mean, no clip), ``fill`` where no weight."""
+    order (along x for each tap row, times that row's weight, rows added in turn); taps off the source or
+    without data (:func:`_valid_at`, tested here: no mask array is made) add nothing. Without nodata the
+    weight sum is ``overlap``. Then GDAL's rounding (half up for integers; ``unsigned_convex``: a cast
+    truncates a non-negative mean, no clip), ``fill`` where no weight. (A branch per tap, not a select:
+    masks come in blobs, whose branches the core predicts; measured on blob masks the select was 1.2x
+    slower, on pixels dropped at random 2.3x faster.)"""
     h_s, w_s = src.shape
     h, w = out.shape
     ny, nx = wy.shape[2], wx.shape[2]
@@ -144,6 +158,17 @@ def weighted_sums_f4(src, valid, all_valid, first, wy, wx, overlap, fill, unsign
                         row += wx[r, c, kx] * np.float32(src[iy0 + ky, ix0 + kx])
                     acc += row * wy[r, c, ky]
                 wsum = overlap[r, c]
+            elif inside:
+                for ky in range(ny):
+                    row = np.float32(0.0)
+                    vrow = np.float32(0.0)
+                    for kx in range(nx):
+                        v = src[iy0 + ky, ix0 + kx]
+                        if _valid_at(v, test_value, nodata, test_nan):
+                            row += wx[r, c, kx] * np.float32(v)
+                            vrow += wx[r, c, kx]
+                    acc += row * wy[r, c, ky]
+                    wsum += vrow * wy[r, c, ky]
             else:
                 for ky in range(ny):
                     iy = iy0 + ky
@@ -152,7 +177,7 @@ def weighted_sums_f4(src, valid, all_valid, first, wy, wx, overlap, fill, unsign
                     if 0 <= iy < h_s:
                         for kx in range(nx):
                             ix = ix0 + kx
-                            if 0 <= ix < w_s and (all_valid or valid[iy, ix]):
+                            if 0 <= ix < w_s and (all_valid or _valid_at(src[iy, ix], test_value, nodata, test_nan)):
                                 row += wx[r, c, kx] * np.float32(src[iy, ix])
                                 vrow += wx[r, c, kx]
                     acc += row * wy[r, c, ky]
