@@ -320,11 +320,17 @@ def _prepare_store(
     return set()
 
 
-def compiled_choice(config: Config) -> tuple[bool, str]:
-    """Whether the run's tasks use the compiled kernels, and why (:func:`pipeline.resample.compiled.choose`)."""
+def compiled_choice(config: Config, plan: Plan | None = None) -> tuple[bool, str]:
+    """Whether the run's tasks use the compiled kernels, and why (:func:`pipeline.resample.compiled.choose`):
+    before the plan (the fork server's preload) by the mask alone, after it by its reprojected bytes per
+    worker process too."""
     from pipeline.resample.compiled import choose
 
-    return choose(masked=config.mask is not None)
+    per_worker = None
+    if plan is not None:
+        processes = 1 if config.execution.scheduler == "threads" else config.execution.workers or usable_cores()
+        per_worker = plan.bytes_reprojected / 1e6 / max(1, min(processes, len(plan.partitions)))
+    return choose(masked=config.mask is not None, reprojected_mb_per_worker=per_worker)
 
 
 def task_context(config: Config, plan: Plan, catalog: Any = None) -> TaskContext:
@@ -353,7 +359,7 @@ def task_context(config: Config, plan: Plan, catalog: Any = None) -> TaskContext
         chunk_rows=plan.grid.chunks_yx[0],
         grid_height=plan.grid.shape_yx[0],
         run_token=uuid.uuid4().hex,
-        compiled=compiled_choice(config)[0],
+        compiled=compiled_choice(config, plan)[0],
     )
 
 
@@ -518,7 +524,7 @@ def _run(
             "chunk_cost": chunk_cost,
             "compiled_kernels": {  # pipeline.resample.compiled
                 "chosen": ctx.compiled,
-                "reason": compiled_choice(config)[1],
+                "reason": compiled_choice(config, plan)[1],
                 "windows": int(sum(r.get("compiled_windows", 0) for r in records)),
                 "ran": any(r.get("compiled_windows", 0) for r in records),
                 "loaded_in_tasks": int(sum(bool(r.get("compiled_loaded")) for r in records)),

@@ -390,6 +390,9 @@ class Plan:
     """Tiles read at each overview level ("full", "overview 0", ...)."""
     inferred: tuple[tuple[str, str], ...] = ()
     """Grid settings the config left null and the inputs gave: (key, what was taken)."""
+    bytes_reprojected: int = 0
+    """Of ``bytes_read``, the windows of tiles in another CRS than the grid's (the ones resampled on
+    coordinate maps: where the compiled kernels run, :func:`pipeline.resample.compiled.choose`)."""
     n_geometries: int = 0
     """Distinct (tile geometry, chunk) pairs: the coordinate maps a worker making every window would make
     (a tile's bands of one resolution and its dates share a map; :mod:`pipeline.report.sizing` prices them)."""
@@ -630,6 +633,10 @@ def compute_plan(
     win = cp_win[pair_cp]
     pair_px = ((cp_win[:, 2] - cp_win[:, 0]) * (cp_win[:, 3] - cp_win[:, 1]))[pair_cp]
 
+    from pipeline.resample.warp import same_crs  # (the kernels' own test of a reprojection)
+
+    reprojected = np.array([not same_crs(str(name), crs) for name in crs_names], dtype=bool)[crs_code]
+    bytes_reprojected = int((pair_px * itemsize[tile_band[tile_of]])[reprojected[tile_of]].sum())
     paths = tiles["path"].astype(object)
     n_pairs = len(tile_of)
     if n_pairs:
@@ -718,6 +725,7 @@ def compute_plan(
         n_pairs=n_pairs,
         n_geometries=int(len(class_of)),
         bytes_read=int(read_bytes.sum()),
+        bytes_reprojected=bytes_reprojected,
         bytes_out=int(sum(int(np.prod(grid.shape_yx)) * len(times) * np.dtype(b.dtype).itemsize for b in bands)),
         levels_used={
             ("full" if v < 0 else f"overview {v}"): int(n)

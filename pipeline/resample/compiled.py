@@ -4,9 +4,10 @@ compare the two: the same bits) and the CuPy path.
 
 Each run chooses whether its tasks use them (:func:`choose`, the report's ``compiled_kernels.reason``):
 where sources are masked, since the NumPy kernels then gather each tap's validity as well as its value
-and the compiled ones weigh both in one pass (the cloudy preset's resampling took 0.54x the task-seconds,
-and the run 0.93x the wall, load included); not otherwise, since importing numba and loading the
-compiled code (~0.35 s of LLVM's and numba's set-up before the first task, paid by the fork server:
+and the compiled ones weigh both in one pass (the cloudy preset's resampling took 0.51x the task-seconds,
+and the run 0.94x the wall, load included); without a mask only past :data:`MIN_MB_PER_WORKER` of
+reprojected windows per worker process, since importing numba and loading the compiled code (~0.4 s of
+LLVM's and numba's set-up before the first task, paid by the fork server:
 :mod:`pipeline.execute.server_compiled`) cost more than they saved on the unmasked presets (the case
 study 1.21x the wall, 4x its dates 1.03x). ``PIPELINE_COMPILED=1`` or ``0`` in the environment decides
 instead (docs/performance.md, "Compiled kernels"). Compiled code is cached beside the module (numba's
@@ -53,9 +54,18 @@ def installed() -> bool:
     return importlib.util.find_spec("numba") is not None
 
 
-def choose(masked: bool) -> tuple[bool, str]:
+MIN_MB_PER_WORKER = 1000.0
+"""Reprojected windows (MB decoded) per worker process past which a run without a mask uses the compiled
+kernels: their ~0.4 s load is then a small part of what they save (~0.2 of the NumPy kernels' resampling
+on windows without nodata). casestudy-x4 on one worker, 496 MB, ran in 1.006x the wall with them (the
+break-even); the case study's full scale reads gigabytes per worker."""
+
+
+def choose(masked: bool, reprojected_mb_per_worker: float | None = None) -> tuple[bool, str]:
     """Whether a run's tasks use the compiled kernels, and why. ``masked``: the run drops pixels by a
-    ``mask`` rule, so that its reprojected windows have nodata within."""
+    ``mask`` rule, so that its reprojected windows have nodata within. ``reprojected_mb_per_worker``: the
+    plan's windows in another CRS than the grid's (``Plan.bytes_reprojected``) over the worker processes;
+    None where the plan is not made yet."""
     said = asked()
     if said is False:
         return False, f"{ENV}=0"
@@ -66,11 +76,19 @@ def choose(masked: bool) -> tuple[bool, str]:
     if masked:
         return True, (
             "masked sources: the compiled kernels weigh each tap's validity in the same pass as its value "
-            "(0.54x the NumPy kernels' resampling task-seconds on the cloudy preset, 0.93x its wall)"
+            "(0.51x the NumPy kernels' resampling task-seconds on the cloudy preset, 0.94x its wall)"
         )
+    mb = reprojected_mb_per_worker
+    if mb is not None and mb >= MIN_MB_PER_WORKER:
+        return True, (
+            f"{mb:,.0f} MB of reprojected windows per worker process: past {MIN_MB_PER_WORKER:,.0f} MB the "
+            "compiled kernels save more than their ~0.4 s load"
+        )
+    size = "" if mb is None else f" and {mb:,.0f} MB of reprojected windows per worker process"
     return False, (
-        "no mask: loading numba (~0.35 s before the first task) costs more than the compiled kernels save "
-        "on sources without nodata (case study 1.21x the wall); PIPELINE_COMPILED=1 turns them on"
+        f"no mask{size}: loading numba (~0.4 s before the first task) costs more than the compiled kernels "
+        f"save on sources without nodata below {MIN_MB_PER_WORKER:,.0f} MB a process (case study 1.21x the "
+        "wall); PIPELINE_COMPILED=1 turns them on"
     )
 
 
