@@ -31,10 +31,12 @@ if TYPE_CHECKING:  # the model imports pydantic; workers need only its attribute
 
 MAX_OPEN_FILES = 64
 READ_OPTIONS = {"GTIFF_SRS_SOURCE": "GEOKEYS"}
-"""GDAL options of the workers' reads (under ``inputs.gdal_env``): a GeoTIFF's CRS built from its own
-GeoKeys, not looked up by EPSG code in PROJ's database, which took ~0.2 ms of a ~0.6 ms open (a cloudy
-composite opens ~800 files). The CRS GDAL reports is all that changes, and a read never uses it: the
-plan carries each tile's CRS from its index or catalogue, and a read checks the file's geotransform."""
+"""GDAL options set around each open of a read (on its thread alone, where ``inputs.gdal_env`` or the
+caller's environment sets none of them): a GeoTIFF's CRS built from its own GeoKeys, not looked up by
+EPSG code in PROJ's database, which took ~0.2 ms of a ~0.6 ms open (a cloudy composite opens ~800 files).
+The CRS GDAL reports is all that changes, and a read never uses it: the plan carries each tile's CRS from
+its index or catalogue, and a read checks the file's geotransform. Opens that read headers for the index
+(:mod:`pipeline.inputs.headers`) keep GDAL's default."""
 _local = threading.local()
 _opens = [0]  # datasets opened by this process (a list so threads share one counter)
 
@@ -80,7 +82,7 @@ def _enter_cloud_env() -> None:
         from pipeline.storage import default_storage
 
         storage = default_storage()
-    env = cloud_env(storage, {**READ_OPTIONS, **dict(gdal_env)})
+    env = cloud_env(storage, dict(gdal_env))
     env.__enter__()  # kept: an Env per open costs more than a small read (see _open_dataset)
     _local.cloud_env = (key, env)
 
@@ -134,19 +136,35 @@ def _open_dataset(path: str, level: int) -> Any:
         from pipeline.storage import vsi_path
 
         _enter_cloud_env()
-        ds = rasterio.open(vsi_path(path), **kwargs)
+        ds = _open_with_read_options(vsi_path(path), kwargs)
     else:
         if not rasterio.env.hasenv():
             # Without a GDAL environment on this thread, rasterio sets one up and tears it down around
             # every open (~0.4 ms of ~2 ms); this one stays (an Env entered later restores it when it leaves).
-            rasterio.env.defenv(**READ_OPTIONS)
-        ds = rasterio.open(path, **kwargs)
+            rasterio.env.defenv()
+        ds = _open_with_read_options(path, kwargs)
     _opens[0] += 1
     cache[key] = ds
     while len(cache) > MAX_OPEN_FILES:
         _, old = cache.popitem(last=False)
         old.close()
     return ds
+
+
+def _open_with_read_options(source: str, kwargs: dict[str, Any]) -> Any:
+    """``rasterio.open`` with :data:`READ_OPTIONS` set on this thread for the open (each option only where
+    none is set), then put back: ~1 µs, where an ``Env`` per open cost ~0.4 ms."""
+    import rasterio
+    from rasterio.env import get_gdal_config, set_gdal_config
+
+    unset = [k for k in READ_OPTIONS if get_gdal_config(k) is None]
+    for k in unset:
+        set_gdal_config(k, READ_OPTIONS[k])
+    try:
+        return rasterio.open(source, **kwargs)
+    finally:
+        for k in unset:
+            set_gdal_config(k, None)
 
 
 def geometry_mismatch(ds: Any, src: SourceWindow) -> str | None:
