@@ -633,10 +633,12 @@ def compute_plan(
     win = cp_win[pair_cp]
     pair_px = ((cp_win[:, 2] - cp_win[:, 0]) * (cp_win[:, 3] - cp_win[:, 1]))[pair_cp]
 
-    from pipeline.resample.warp import same_crs  # (the kernels' own test of a reprojection)
+    from pyproj import CRS as ProjCRS
 
-    reprojected = np.array([not same_crs(str(name), crs) for name in crs_names], dtype=bool)[crs_code]
-    bytes_reprojected = int((pair_px * itemsize[tile_band[tile_of]])[reprojected[tile_of]].sum())
+    grid_crs = ProjCRS.from_user_input(crs)
+    other = np.array([str(n) != crs and ProjCRS.from_user_input(str(n)) != grid_crs for n in crs_names], dtype=bool)
+    moved = np.flatnonzero(other[crs_code][tile_of])
+    bytes_reprojected = int(np.dot(pair_px[moved], itemsize[tile_band[tile_of[moved]]]))
     paths = tiles["path"].astype(object)
     n_pairs = len(tile_of)
     if n_pairs:
