@@ -24,7 +24,7 @@ from pipeline.inputs.read import configure_reads, open_count, read_window
 from pipeline.planning.grid import offset_transform
 from pipeline.planning.plan import BandSpec, ChunkJob, Partition, SourceWindow
 from pipeline.resample import FirstValid, compiled, fuse_arrays
-from pipeline.resample.common import nodata_fill, valid_mask
+from pipeline.resample.common import all_valid, nodata_fill, valid_mask
 from pipeline.resample.mask import apply_mask, dilate, drop_pixels, mask_window, sample_nearest
 from pipeline.resample.parity import to_host
 from pipeline.resample.reduce import Reduction
@@ -391,10 +391,14 @@ def _fuse_layer(
             if src.mask is not None:
                 drop = MASKS.drop(ctx, src, data.shape, tally.rules)
                 src_nodata = src.nodata if not np.isnan(src.nodata) else nodata
-                valid = valid_mask(data, src_nodata, np)
                 counts = tally.masked.setdefault((job.band, src.layer), [0, 0])
-                counts[0] += int(np.count_nonzero(drop & valid))
-                counts[1] += int(np.count_nonzero(valid))
+                if all_valid(data, src_nodata, np):  # (one read of the window, no mask made: the usual case)
+                    counts[0] += int(np.count_nonzero(drop))
+                    counts[1] += data.size
+                else:
+                    valid = valid_mask(data, src_nodata, np)
+                    counts[0] += int(np.count_nonzero(drop & valid))
+                    counts[1] += int(np.count_nonzero(valid))
                 data = apply_mask(data, drop, src_nodata)
                 t2 = time.perf_counter()
                 tally.mask_s += t2 - t1
