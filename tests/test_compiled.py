@@ -161,18 +161,21 @@ def test_a_fork_server_whose_kernels_fail_to_load_runs_the_numpy_kernels() -> No
 def test_a_run_chooses_the_compiled_kernels_by_its_mask_and_its_reprojected_bytes(
     monkeypatch: pytest.MonkeyPatch, small_config: Any
 ) -> None:
-    """``choose``: a masked run uses them, an unmasked one past ``MIN_MB_PER_WORKER`` of reprojected windows
-    per worker process, the environment over both; the plan's ``bytes_reprojected`` is the bytes of its
-    windows in another CRS than the grid's, and the run's context and report carry the choice."""
+    """``choose``: a run uses them past ``MIN_MB_PER_WORKER_MASKED`` (masked) or ``MIN_MB_PER_WORKER`` of
+    reprojected windows per worker process, the fork server before the plan where the run masks, the
+    environment over all; the plan's ``bytes_reprojected`` is the bytes of its windows in another CRS
+    than the grid's, and the run's context carries the choice."""
     from pipeline.execute.runner import compiled_choice, plan_run, task_context
 
     monkeypatch.delenv("PIPELINE_COMPILED", raising=False)
-    least = compiled.MIN_MB_PER_WORKER
-    assert compiled.choose(masked=True)[0] and compiled.choose(masked=True)[1].startswith("masked sources")
-    assert not compiled.choose(masked=False)[0]
-    assert not compiled.choose(masked=False, reprojected_mb_per_worker=least - 1)[0]
-    on, why = compiled.choose(masked=False, reprojected_mb_per_worker=least)
-    assert on and why.startswith(f"{least:,.0f} MB of reprojected windows per worker process")
+    assert compiled.choose(masked=True) == (True, "masked sources")  # before the plan: the fork server's preload
+    assert compiled.choose(masked=False) == (False, "no mask")
+    for masked, least in ((False, compiled.MIN_MB_PER_WORKER), (True, compiled.MIN_MB_PER_WORKER_MASKED)):
+        on, why = compiled.choose(masked, reprojected_mb_per_worker=least - 1)
+        assert not on and f"below {least:,.0f} MB" in why
+        on, why = compiled.choose(masked, reprojected_mb_per_worker=least)
+        assert on and why.startswith("masked sources" if masked else "no mask") and f"past {least:,.0f} MB" in why
+    assert compiled.MIN_MB_PER_WORKER_MASKED < compiled.MIN_MB_PER_WORKER
     monkeypatch.setenv("PIPELINE_COMPILED", "0")
     assert compiled.choose(masked=True) == (False, "PIPELINE_COMPILED=0")
     monkeypatch.setenv("PIPELINE_COMPILED", "1")
@@ -186,6 +189,6 @@ def test_a_run_chooses_the_compiled_kernels_by_its_mask_and_its_reprojected_byte
     other = sum(s.window[2] * s.window[3] * itemsize[band] for s, band in windows if s.crs != plan.grid.crs)
     assert 0 < other < plan.bytes_read and plan.bytes_reprojected == other  # the small preset spans 2 zones
     on, why = compiled_choice(cfg, plan)
-    assert not on and f"{other / 2e6:,.0f} MB of reprojected windows per worker process" in why
+    assert not on and f"; {other / 2e6:,.0f} MB of reprojected windows per worker process" in why
     monkeypatch.setattr(compiled, "MIN_MB_PER_WORKER", other / 2e6)  # as if each process read that much more
     assert compiled_choice(cfg, plan)[0] and task_context(cfg, plan).compiled

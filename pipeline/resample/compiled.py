@@ -2,14 +2,14 @@
 reprojected maps, compiled by numba (detected here, once). The NumPy kernels stay the reference (tests
 compare the two: the same bits) and the CuPy path.
 
-Each run chooses whether its tasks use them (:func:`choose`, the report's ``compiled_kernels.reason``):
-where sources are masked, since the NumPy kernels then gather each tap's validity as well as its value
-and the compiled ones weigh both in one pass (the cloudy preset's resampling took 0.51x the task-seconds,
-and the run 0.94x the wall, load included); without a mask only past :data:`MIN_MB_PER_WORKER` of
-reprojected windows per worker process, since importing numba and loading the compiled code (~0.4 s of
-LLVM's and numba's set-up before the first task, paid by the fork server:
-:mod:`pipeline.execute.server_compiled`) cost more than they saved on the unmasked presets (the case
-study 1.21x the wall, 4x its dates 1.03x). ``PIPELINE_COMPILED=1`` or ``0`` in the environment decides
+Each run chooses whether its tasks use them (:func:`choose`, the report's ``compiled_kernels.reason``)
+by its reprojected windows per worker process: past :data:`MIN_MB_PER_WORKER_MASKED` where sources are
+masked, since the NumPy kernels then gather each tap's validity as well as its value and the compiled
+ones test it in the same pass (the cloudy preset's resampling took 0.51x the task-seconds, and the run
+0.94x the wall, load included); past :data:`MIN_MB_PER_WORKER` without a mask. Below those, importing
+numba and loading the compiled code (~0.4 s of LLVM's and numba's set-up before the first task, paid by
+the fork server: :mod:`pipeline.execute.server_compiled`) costs more than they save (the case study 1.21x
+the wall, 4x its dates 1.03x). ``PIPELINE_COMPILED=1`` or ``0`` in the environment decides
 instead (docs/performance.md, "Compiled kernels"). Compiled code is cached beside the module (numba's
 ``cache=True``); :func:`compile_all` compiles every signature they take, which ``make install`` runs, so a
 run pays no compilation.
@@ -59,13 +59,16 @@ MIN_MB_PER_WORKER = 1000.0
 kernels: their ~0.4 s load is then a small part of what they save (~0.2 of the NumPy kernels' resampling
 on windows without nodata). casestudy-x4 on one worker, 496 MB, ran in 1.006x the wall with them (the
 break-even); the case study's full scale reads gigabytes per worker."""
+MIN_MB_PER_WORKER_MASKED = 150.0
+"""The same for a masked run, where they save ~half the resampling: the cloudy preset on 2 workers, 188 MB
+a process, ran in 0.94x the wall with them; its June alone, 94 MB a process, in 1.047x."""
 
 
 def choose(masked: bool, reprojected_mb_per_worker: float | None = None) -> tuple[bool, str]:
     """Whether a run's tasks use the compiled kernels, and why. ``masked``: the run drops pixels by a
     ``mask`` rule, so that its reprojected windows have nodata within. ``reprojected_mb_per_worker``: the
     plan's windows in another CRS than the grid's (``Plan.bytes_reprojected``) over the worker processes;
-    None where the plan is not made yet."""
+    None before the plan (what the fork server preloads): masked runs then."""
     said = asked()
     if said is False:
         return False, f"{ENV}=0"
@@ -73,22 +76,25 @@ def choose(masked: bool, reprojected_mb_per_worker: float | None = None) -> tupl
         return False, "numba is not installed (pip install 'pipeline[compiled]')"
     if said:
         return True, f"{ENV}=1"
-    if masked:
-        return True, (
-            "masked sources: the compiled kernels weigh each tap's validity in the same pass as its value "
-            "(0.51x the NumPy kernels' resampling task-seconds on the cloudy preset, 0.94x its wall)"
-        )
     mb = reprojected_mb_per_worker
-    if mb is not None and mb >= MIN_MB_PER_WORKER:
+    if mb is None:
+        return masked, "masked sources" if masked else "no mask"
+    least = MIN_MB_PER_WORKER_MASKED if masked else MIN_MB_PER_WORKER
+    saving = (
+        "masked sources, whose nodata the compiled kernels test in the same pass as each value (0.51x the "
+        "NumPy kernels' resampling task-seconds on the cloudy preset)"
+        if masked
+        else "no mask (on windows without nodata they save ~0.2 of the NumPy kernels' resampling)"
+    )
+    if mb >= least:
         return True, (
-            f"{mb:,.0f} MB of reprojected windows per worker process: past {MIN_MB_PER_WORKER:,.0f} MB the "
-            "compiled kernels save more than their ~0.4 s load"
+            f"{saving}; {mb:,.0f} MB of reprojected windows per worker process, past {least:,.0f} MB, where "
+            "they save more than their ~0.4 s load"
         )
-    size = "" if mb is None else f" and {mb:,.0f} MB of reprojected windows per worker process"
     return False, (
-        f"no mask{size}: loading numba (~0.4 s before the first task) costs more than the compiled kernels "
-        f"save on sources without nodata below {MIN_MB_PER_WORKER:,.0f} MB a process (case study 1.21x the "
-        "wall); PIPELINE_COMPILED=1 turns them on"
+        f"{saving}; {mb:,.0f} MB of reprojected windows per worker process, below {least:,.0f} MB, where "
+        "loading numba (~0.4 s before the first task) costs more than they save; PIPELINE_COMPILED=1 turns "
+        "them on"
     )
 
 
