@@ -31,8 +31,8 @@ if TYPE_CHECKING:  # the model imports pydantic; workers need only its attribute
 
 MAX_OPEN_FILES = 64
 READ_OPTIONS = {"GTIFF_SRS_SOURCE": "GEOKEYS"}
-"""GDAL options set around each open of a read (on its thread alone, where ``inputs.gdal_env`` or the
-caller's environment sets none of them): a GeoTIFF's CRS built from its own GeoKeys, not looked up by
+"""GDAL options set around each open of a read (where ``inputs.gdal_env`` or the caller's environment
+sets none of them): a GeoTIFF's CRS built from its own GeoKeys, not looked up by
 EPSG code in PROJ's database, which took ~0.2 ms of a ~0.6 ms open (a cloudy composite opens ~800 files).
 The CRS GDAL reports is all that changes, and a read never uses it: the plan carries each tile's CRS from
 its index or catalogue, and a read checks the file's geotransform. Opens that read headers for the index
@@ -152,9 +152,11 @@ def _open_dataset(path: str, level: int) -> Any:
 
 
 def _open_with_read_options(source: str, kwargs: dict[str, Any]) -> Any:
-    """``rasterio.open`` with :data:`READ_OPTIONS` set on this thread for the open (each option only where
-    none is set), then put back: ~1 µs, where an ``Env`` per open cost ~0.4 ms."""
+    """``rasterio.open`` with :data:`READ_OPTIONS` set for the open (each option only where none is set:
+    thread-local on a thread of its own, process-wide on the main thread, where a worker process runs its
+    tasks one at a time), then cleared again: ~1 µs, where an ``Env`` per open cost ~0.4 ms."""
     import rasterio
+    from rasterio._env import del_gdal_config
     from rasterio.env import get_gdal_config, set_gdal_config
 
     unset = [k for k in READ_OPTIONS if get_gdal_config(k) is None]
@@ -164,7 +166,7 @@ def _open_with_read_options(source: str, kwargs: dict[str, Any]) -> Any:
         return rasterio.open(source, **kwargs)
     finally:
         for k in unset:
-            set_gdal_config(k, None)
+            del_gdal_config(k)  # (set_gdal_config(k, None) would leave the string "None")
 
 
 def geometry_mismatch(ds: Any, src: SourceWindow) -> str | None:
