@@ -62,8 +62,14 @@ def maps(n: int) -> dict[str, CoordMap]:
 
 
 @pytest.mark.parametrize("method", ["nearest", "average"])
-@pytest.mark.parametrize("dtype", ["uint16", "int16", "uint8", "float32"])
-@pytest.mark.parametrize("nodata", [0.0, math.nan, 7.0])
+@pytest.mark.parametrize(
+    ("dtype", "nodata"),
+    [
+        *((d, v) for d in ("uint16", "int16", "uint8", "float32") for v in (0.0, math.nan, 7.0)),
+        ("float32", -9999.9),  # not a float32: compared as float32 holds it
+        ("float32", np.float64(-9999.9)),  # a NumPy scalar: NumPy compares in float64
+    ],
+)
 def test_compiled_kernels_give_the_numpy_kernels_bits(method: str, dtype: str, nodata: float) -> None:
     for name, cmap in maps(96).items():
         src = build_source(method, 96, dtype)
@@ -165,21 +171,21 @@ def test_a_run_chooses_the_compiled_kernels_by_its_mask_and_its_reprojected_byte
     reprojected windows per worker process, the fork server before the plan where the run masks, the
     environment over all; the plan's ``bytes_reprojected`` is the bytes of its windows in another CRS
     than the grid's, and the run's context carries the choice."""
+    from pipeline.execute import compiled_choice as choice
     from pipeline.execute.runner import compiled_choice, plan_run, task_context
 
     monkeypatch.delenv("PIPELINE_COMPILED", raising=False)
-    assert compiled.choose(masked=True) == (True, "masked sources")  # before the plan: the fork server's preload
-    assert compiled.choose(masked=False) == (False, "no mask")
-    for masked, least in ((False, compiled.MIN_MB_PER_WORKER), (True, compiled.MIN_MB_PER_WORKER_MASKED)):
-        on, why = compiled.choose(masked, reprojected_mb_per_worker=least - 1)
+    assert choice.choose(masked=True) == (True, "masked sources")  # before the plan: the fork server's preload
+    assert choice.choose(masked=False) == (False, "no mask")
+    for masked, least in ((False, choice.MIN_MB_PER_WORKER), (True, choice.MIN_MB_PER_WORKER_MASKED)):
+        on, why = choice.choose(masked, reprojected_mb_per_worker=least - 1)
         assert not on and f"below {least:,.0f} MB" in why
-        on, why = compiled.choose(masked, reprojected_mb_per_worker=least)
+        on, why = choice.choose(masked, reprojected_mb_per_worker=least)
         assert on and why.startswith("masked sources" if masked else "no mask") and f"past {least:,.0f} MB" in why
-    assert compiled.MIN_MB_PER_WORKER_MASKED < compiled.MIN_MB_PER_WORKER
     monkeypatch.setenv("PIPELINE_COMPILED", "0")
-    assert compiled.choose(masked=True) == (False, "PIPELINE_COMPILED=0")
+    assert choice.choose(masked=True) == (False, "PIPELINE_COMPILED=0")
     monkeypatch.setenv("PIPELINE_COMPILED", "1")
-    assert compiled.choose(masked=False) == (True, "PIPELINE_COMPILED=1")
+    assert choice.choose(masked=False) == (True, "PIPELINE_COMPILED=1")
     monkeypatch.delenv("PIPELINE_COMPILED")
 
     cfg = small_config("execution.scheduler=processes", "execution.workers=2")
@@ -190,5 +196,40 @@ def test_a_run_chooses_the_compiled_kernels_by_its_mask_and_its_reprojected_byte
     assert 0 < other < plan.bytes_read and plan.bytes_reprojected == other  # the small preset spans 2 zones
     on, why = compiled_choice(cfg, plan)
     assert not on and f"; {other / 2e6:,.0f} MB of reprojected windows per worker process" in why
-    monkeypatch.setattr(compiled, "MIN_MB_PER_WORKER", other / 2e6)  # as if each process read that much more
+    monkeypatch.setattr(choice, "MIN_MB_PER_WORKER", other / 2e6)  # as if each process read that much more
     assert compiled_choice(cfg, plan)[0] and task_context(cfg, plan).compiled
+    _, bilinear = plan_run(small_config("resampling=bilinear"))  # no compiled kernel: nothing they would take
+    assert bilinear.bytes_read == plan.bytes_read and bilinear.bytes_reprojected == 0
+
+
+def test_a_task_leaves_its_threads_choice_as_it_found_it(
+    monkeypatch: pytest.MonkeyPatch, small_config: Any, tmp_path: Path
+) -> None:
+    """A task's run chose no compiled kernels; on a thread that runs it (here the main one), the kernels
+    still answer ``PIPELINE_COMPILED=1`` afterwards: the choice holds for the task alone."""
+    from dataclasses import replace
+
+    from pipeline.execute.runner import _prepare_store, plan_run, task_context
+    from pipeline.execute.task import run_partition
+
+    cfg = small_config(f"output.path={tmp_path / 'cube.zarr'}")
+    _, plan = plan_run(cfg)
+    _prepare_store(cfg, plan, overwrite=True, resume=False)
+    run_partition(plan.partitions[0], replace(task_context(cfg, plan), compiled=False))
+    src = build_source("nearest", 32, "uint16")
+    assert compiled.resample(src, 0.0, build_map("reproj", 32, np), "nearest") is not None
+
+
+def test_the_command_asks_for_the_choice_without_numpy() -> None:
+    """``pipeline run`` decides the fork server's preload before it starts it: the choice's module imports
+    neither NumPy nor numba, which would hold the server's start back (~0.17 s)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pipeline.execute.compiled_choice as c\n"
+        "c.choose(True)\n"
+        "print(sorted({'numpy', 'numba'} & set(sys.modules)))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert r.stdout.strip() == "[]"

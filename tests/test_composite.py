@@ -454,17 +454,16 @@ def test_masked_runs_choose_the_compiled_kernels_with_the_numpy_kernels_bits(
     compiled kernels unless ``PIPELINE_COMPILED=0`` says not (and numba is installed): its report says so
     and why, and its cube is the NumPy kernels' bit for bit. The same run this small (a few MB) does not,
     nor does one without a mask."""
-    from pipeline.resample import compiled
-    from pipeline.resample.compiled import installed
+    from pipeline.execute import compiled_choice
 
-    if not installed():
+    if not compiled_choice.installed():
         pytest.skip("numba is not installed")
     comp = {"period": "P1M", "reducer": "median"}
     monkeypatch.delenv("PIPELINE_COMPILED", raising=False)
     small, _ = _run(cloudy, tmp_path / "small", composite=comp)
     kernels = small.report["execution"]["compiled_kernels"]
     assert not kernels["chosen"] and not kernels["ran"] and "MB of reprojected windows" in kernels["reason"]
-    monkeypatch.setattr(compiled, "MIN_MB_PER_WORKER_MASKED", 0.0)  # as if its tiles were larger
+    monkeypatch.setattr(compiled_choice, "MIN_MB_PER_WORKER_MASKED", 0.0)  # as if its tiles were larger
     chosen, a = _run(cloudy, tmp_path / "auto", composite=comp)
     kernels = chosen.report["execution"]["compiled_kernels"]
     assert kernels["chosen"] and kernels["ran"] and kernels["windows"] > 0

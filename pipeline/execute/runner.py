@@ -321,14 +321,20 @@ def _prepare_store(
 
 
 def compiled_choice(config: Config, plan: Plan | None = None) -> tuple[bool, str]:
-    """Whether the run's tasks use the compiled kernels, and why (:func:`pipeline.resample.compiled.choose`):
+    """Whether the run's tasks use the compiled kernels, and why (:func:`pipeline.execute.compiled_choice.choose`):
     before the plan (the fork server's preload) by the mask alone, after it by its reprojected bytes per
-    worker process too."""
-    from pipeline.resample.compiled import choose
+    worker process too. The processes: one on ``threads``, ``workers`` x ``threads_per_worker`` on
+    ``processes`` (and ``auto``, which picks threads only for jobs far under the thresholds), ``workers``
+    on a cluster (this machine's cores where a cluster by address leaves it unset)."""
+    from pipeline.execute.compiled_choice import choose
 
     per_worker = None
     if plan is not None:
-        processes = 1 if config.execution.scheduler == "threads" else config.execution.workers or usable_cores()
+        e = config.execution
+        workers = e.workers or usable_cores()
+        processes = {"threads": 1, "local-cluster": workers}.get(e.scheduler, workers * e.threads_per_worker)
+        if e.address:
+            processes = workers
         per_worker = plan.bytes_reprojected / 1e6 / max(1, min(processes, len(plan.partitions)))
     return choose(masked=config.mask is not None, reprojected_mb_per_worker=per_worker)
 

@@ -72,7 +72,7 @@ class TaskContext:
     device: str = "cpu"
     """Where this task's arrays are computed (set per task from the driver's decision)."""
     compiled: bool = False
-    """Whether resampling uses the compiled kernels (:func:`pipeline.resample.compiled.choose`)."""
+    """Whether resampling uses the compiled kernels (:func:`pipeline.execute.compiled_choice.choose`)."""
     run_token: str = ""
     """Unique to this run (a resumed one too): what a worker keeps from the files' contents, such as its
     judged mask windows, is kept for one run, as the files may have changed in between."""
@@ -511,8 +511,17 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
     """Compute and write every chunk of ``partition``; return its timing record.
 
     ``device``/``reason``: the driver's decision for this task. A GPU task on a worker without a
-    usable GPU runs on the CPU and says so.
+    usable GPU runs on the CPU and says so. The run's choice of compiled kernels holds on this thread
+    for the task alone (:func:`pipeline.resample.compiled.use`), then what held before it does again.
     """
+    before = compiled.use(ctx.compiled)
+    try:
+        return _run_partition(partition, ctx, device, reason)
+    finally:
+        compiled.use(before)
+
+
+def _run_partition(partition: Partition, ctx: TaskContext, device: str, reason: str) -> dict[str, Any]:
     if device == "gpu":
         from pipeline.execute.device import detect_gpu
 
@@ -521,7 +530,6 @@ def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", r
             device, reason = "cpu", f"assigned to the GPU but this worker has none ({gpu.reason})"
     ctx = replace(ctx, device=device)
     configure_reads(ctx.storage, ctx.gdal_env, ctx.run_token)
-    compiled.use(ctx.compiled)
     start = time.time()
     opened_before = open_count()
     hits_before, misses_before = MAPS.tally()

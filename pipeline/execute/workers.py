@@ -53,8 +53,9 @@ _MALLOPT = {"MALLOC_TRIM_THRESHOLD_": -1, "MALLOC_MMAP_THRESHOLD_": -3}
 
 
 def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity: a container's or ``taskset``'s share), which
-    the machine's count overstates where the process is pinned; how many workers ``auto`` starts."""
+    """The cores this process may run on (its CPU affinity: ``taskset``, a container's CPU set; not a CPU
+    quota, which leaves the affinity as it is), which the machine's count overstates where the process
+    is pinned; how many workers ``auto`` starts."""
     try:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):  # not on Linux

@@ -391,8 +391,9 @@ class Plan:
     inferred: tuple[tuple[str, str], ...] = ()
     """Grid settings the config left null and the inputs gave: (key, what was taken)."""
     bytes_reprojected: int = 0
-    """Of ``bytes_read``, the windows of tiles in another CRS than the grid's (the ones resampled on
-    coordinate maps: where the compiled kernels run, :func:`pipeline.resample.compiled.choose`)."""
+    """Of ``bytes_read``, the windows the compiled kernels would resample: tiles in another CRS than the
+    grid's (resampled on coordinate maps) whose band's method has a compiled kernel (nearest; average
+    for 8- and 16-bit integers and float32). What :func:`pipeline.execute.compiled_choice.choose` weighs."""
     n_geometries: int = 0
     """Distinct (tile geometry, chunk) pairs: the coordinate maps a worker making every window would make
     (a tile's bands of one resolution and its dates share a map; :mod:`pipeline.report.sizing` prices them)."""
@@ -635,9 +636,21 @@ def compute_plan(
 
     from pyproj import CRS as ProjCRS
 
+    from pipeline.resample.compiled import METHODS as COMPILED_METHODS
+    from pipeline.resample.compiled import SUMMED_F4
+
     grid_crs = ProjCRS.from_user_input(crs)
     other = np.array([str(n) != crs and ProjCRS.from_user_input(str(n)) != grid_crs for n in crs_names], dtype=bool)
-    moved = np.flatnonzero(other[crs_code][tile_of])
+    dtype_of = {b.name: np.dtype(b.dtype).str[1:] for b in bands}
+    compiled_band = np.array(
+        [
+            methods.get(b, "average") in COMPILED_METHODS
+            and (methods.get(b, "average") == "nearest" or dtype_of.get(str(b)) in SUMMED_F4)
+            for b in band_names
+        ],
+        dtype=bool,
+    )
+    moved = np.flatnonzero((other[crs_code] & compiled_band[band_code])[tile_of])
     bytes_reprojected = int(np.dot(pair_px[moved], itemsize[tile_band[tile_of[moved]]]))
     paths = tiles["path"].astype(object)
     n_pairs = len(tile_of)

@@ -2,15 +2,9 @@
 reprojected maps, compiled by numba (detected here, once). The NumPy kernels stay the reference (tests
 compare the two: the same bits) and the CuPy path.
 
-Each run chooses whether its tasks use them (:func:`choose`, the report's ``compiled_kernels.reason``)
-by its reprojected windows per worker process: past :data:`MIN_MB_PER_WORKER_MASKED` where sources are
-masked, since the NumPy kernels then gather each tap's validity as well as its value and the compiled
-ones test it in the same pass (the cloudy preset's resampling took 0.51x the task-seconds, and the run
-0.94x the wall, load included); past :data:`MIN_MB_PER_WORKER` without a mask. Below those, importing
-numba and loading the compiled code (~0.4 s of LLVM's and numba's set-up before the first task, paid by
-the fork server: :mod:`pipeline.execute.server_compiled`) costs more than they save (the case study 1.21x
-the wall, 4x its dates 1.03x). ``PIPELINE_COMPILED=1`` or ``0`` in the environment decides
-instead (docs/performance.md, "Compiled kernels"). Compiled code is cached beside the module (numba's
+Each run chooses whether its tasks use them (:mod:`pipeline.execute.compiled_choice`), by its reprojected
+windows per worker process and whether it masks; ``PIPELINE_COMPILED=1`` or ``0`` in the environment
+decides instead (docs/performance.md, "Compiled kernels"). Compiled code is cached beside the module (numba's
 ``cache=True``); :func:`compile_all` compiles every signature they take, which ``make install`` runs, so a
 run pays no compilation.
 """
@@ -39,73 +33,21 @@ _tally = threading.local()
 
 
 ENV = "PIPELINE_COMPILED"
-"""``1``: every run uses the compiled kernels; ``0``: none does; unset (or ``auto``): each run chooses."""
+"""``1``: the kernels run wherever no run chose otherwise (direct calls, benches); a run's choice is
+:func:`pipeline.execute.compiled_choice.choose`'s, which reads the same variable."""
 
 
-def asked() -> bool | None:
-    """What :data:`ENV` says: True (``1``), False (``0``), None (unset or ``auto``: the run chooses)."""
-    return {"1": True, "0": False}.get(os.environ.get(ENV, "auto"))
-
-
-def installed() -> bool:
-    """Whether numba can be imported here (without importing it)."""
-    import importlib.util
-
-    return importlib.util.find_spec("numba") is not None
-
-
-MIN_MB_PER_WORKER = 1000.0
-"""Reprojected windows (MB decoded) per worker process past which a run without a mask uses the compiled
-kernels: their ~0.4 s load is then a small part of what they save (~0.2 of the NumPy kernels' resampling
-on windows without nodata). casestudy-x4 on one worker, 496 MB, ran in 1.006x the wall with them (the
-break-even); the case study's full scale reads gigabytes per worker."""
-MIN_MB_PER_WORKER_MASKED = 150.0
-"""The same for a masked run, where they save ~half the resampling: the cloudy preset on 2 workers, 188 MB
-a process, ran in 0.94x the wall with them; its June alone, 94 MB a process, in 1.047x."""
-
-
-def choose(masked: bool, reprojected_mb_per_worker: float | None = None) -> tuple[bool, str]:
-    """Whether a run's tasks use the compiled kernels, and why. ``masked``: the run drops pixels by a
-    ``mask`` rule, so that its reprojected windows have nodata within. ``reprojected_mb_per_worker``: the
-    plan's windows in another CRS than the grid's (``Plan.bytes_reprojected``) over the worker processes;
-    None before the plan (what the fork server preloads): masked runs then."""
-    said = asked()
-    if said is False:
-        return False, f"{ENV}=0"
-    if not installed():
-        return False, "numba is not installed (pip install 'pipeline[compiled]')"
-    if said:
-        return True, f"{ENV}=1"
-    mb = reprojected_mb_per_worker
-    if mb is None:
-        return masked, "masked sources" if masked else "no mask"
-    least = MIN_MB_PER_WORKER_MASKED if masked else MIN_MB_PER_WORKER
-    saving = (
-        "masked sources, whose nodata the compiled kernels test in the same pass as each value (0.51x the "
-        "NumPy kernels' resampling task-seconds on the cloudy preset)"
-        if masked
-        else "no mask (on windows without nodata they save ~0.2 of the NumPy kernels' resampling)"
-    )
-    if mb >= least:
-        return True, (
-            f"{saving}; {mb:,.0f} MB of reprojected windows per worker process, past {least:,.0f} MB, where "
-            "they save more than their ~0.4 s load"
-        )
-    return False, (
-        f"{saving}; {mb:,.0f} MB of reprojected windows per worker process, below {least:,.0f} MB, where "
-        "loading numba (~0.4 s before the first task) costs more than they save; PIPELINE_COMPILED=1 turns "
-        "them on"
-    )
-
-
-def use(on: bool) -> None:
-    """Whether this thread's resampling uses the compiled kernels (a task sets it from its run's choice)."""
+def use(on: bool | None) -> bool | None:
+    """Whether this thread's resampling uses the compiled kernels (a task sets it from its run's choice;
+    None: as :data:`ENV` says); returns what held before."""
+    before = getattr(_tally, "on", None)
     _tally.on = on
+    return before
 
 
 def _on() -> bool:
     on = getattr(_tally, "on", None)
-    return asked() is True if on is None else bool(on)
+    return os.environ.get(ENV) == "1" if on is None else bool(on)
 
 
 disabled = [False]
@@ -188,11 +130,13 @@ def _range(dtype: Any) -> tuple[float, float]:
 
 
 def _nodata_test(dtype: np.dtype, nodata: float) -> tuple[bool, float, bool]:
-    """How the kernels tell a value without data (``common.valid_mask``): (compare with the value, that
-    value as the source's type holds it, in float64; test for NaN)."""
-    if dtype.kind == "f":
-        return not math.isnan(nodata), float(np.asarray(nodata).astype(dtype)), True
-    return not math.isnan(nodata), nodata, False
+    """How the kernels tell a value without data as ``common.valid_mask``'s ``array != nodata`` does:
+    (compare with the value; that value in the type NumPy compares in, given in float64: a Python float
+    takes a float source's type, a NumPy scalar keeps its own, an integer source compares in float64;
+    test for NaN)."""
+    if math.isnan(nodata):
+        return False, 0.0, dtype.kind == "f"
+    return True, float(np.asarray(nodata).astype(np.result_type(dtype, nodata))), dtype.kind == "f"
 
 
 def _average_taps(found: dict[str, Any], cmap: CoordMap, src_shape: tuple[int, int]) -> tuple[Any, ...]:
@@ -244,8 +188,7 @@ def compile_all() -> float:
     t = time.perf_counter()
     from pipeline.resample.parity import build_map
 
-    before = getattr(_tally, "on", None)
-    use(True)
+    before = use(True)
     try:
         cmap = build_map("reproj", 16, np)
         for dtype in ("u1", "i1", "u2", "i2", "f4", "u4", "i4", "f8"):
@@ -253,5 +196,5 @@ def compile_all() -> float:
             for method in METHODS:
                 resample(src, 0.0 if dtype[0] != "f" else math.nan, cmap, method)
     finally:
-        _tally.on = before
+        use(before)
     return time.perf_counter() - t
