@@ -332,9 +332,12 @@ def compiled_choice(config: Config, plan: Plan | None = None) -> tuple[bool, str
     if plan is not None:
         e = config.execution
         workers = e.workers or usable_cores()
-        processes = {"threads": 1, "local-cluster": workers}.get(e.scheduler, workers * e.threads_per_worker)
-        if e.address:
+        if e.address or e.scheduler == "local-cluster":
             processes = workers
+        elif e.scheduler == "threads":
+            processes = 1
+        else:
+            processes = workers * e.threads_per_worker
         per_worker = plan.bytes_reprojected / 1e6 / max(1, min(processes, len(plan.partitions)))
     return choose(masked=config.mask is not None, reprojected_mb_per_worker=per_worker)
 

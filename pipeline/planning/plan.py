@@ -600,8 +600,9 @@ def compute_plan(
         stack = need(strip_h)
     cgrid = replace(grid, chunks_yx=(strip_h, chunks_yx[1]))
 
-    tile_method = np.array([methods.get(b, "average") for b in band_names], dtype=object)[band_code]
-    tile_pad = np.array([KERNEL_PAD[methods.get(b, "average")] for b in band_names], dtype=np.int64)[band_code]
+    band_method = [methods.get(b, "average") for b in band_names]
+    tile_method = np.array(band_method, dtype=object)[band_code]
+    tile_pad = np.array([KERNEL_PAD[m] for m in band_method], dtype=np.int64)[band_code]
     sizes = size_matrix(tiles)
     levels = compute_levels(tiles, crs, res_xy, tile_method, sizes)
     aff, lw, lh = level_transforms(tiles, levels, sizes)
@@ -644,9 +645,8 @@ def compute_plan(
     dtype_of = {b.name: np.dtype(b.dtype).str[1:] for b in bands}
     compiled_band = np.array(
         [
-            methods.get(b, "average") in COMPILED_METHODS
-            and (methods.get(b, "average") == "nearest" or dtype_of.get(str(b)) in SUMMED_F4)
-            for b in band_names
+            m in COMPILED_METHODS and (m == "nearest" or dtype_of.get(str(b)) in SUMMED_F4)
+            for b, m in zip(band_names, band_method, strict=True)
         ],
         dtype=bool,
     )
