@@ -10,13 +10,12 @@ STAMP   := $(VENV)/.installed
 help:  ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml pipeline/resample/_fused.c  # (pip builds the compiled kernels)
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	$(BIN)/python -m compileall -q pipeline  # bytecode for the editable package even where PYTHONDONTWRITEBYTECODE is set
 	-$(BIN)/python -m compileall -qq $(VENV)/lib  # and for every installed module pip left without (~1 s when none)
-	PIPELINE_COMPILED=1 $(BIN)/python -c "from pipeline.resample.compiled import compile_all; compile_all()"  # numba's cache
 	touch $(STAMP)
 
 install: $(STAMP)  ## make .venv and install the project with dev tools

@@ -1,13 +1,13 @@
-"""The compiled kernels (numba; ``pipeline/resample/compiled.py``) against the NumPy kernels, two ways.
+"""The compiled kernels (C, ``pipeline/resample/_fused.c``) against the NumPy kernels, two ways.
 
 1. Kernel calls on one core: nearest and average on a rotated line map (``resample/parity.py``'s
    ``reproj``: the shape of a cross-zone reprojection, 2 source pixels per destination pixel), uint16,
    256² and 1024² outputs; each with a map made afresh per call and with a map that keeps its taps
    (what the pipeline's map cache gives most windows). Medians of 7 after a warm call.
-2. Whole case-study runs: ``pipeline run configs/casestudy.yaml --set execution.scheduler=threads`` on
-   1 and 2 workers, ``PIPELINE_COMPILED`` 0 and 1, ``BENCH_REPEATS`` (default 3) interleaved rounds;
-   medians of wall and the report's task-seconds per stage: whether GIL-free kernels make 2 threads do
-   twice one thread's work.
+2. Whole case-study runs: ``pipeline run configs/casestudy.yaml`` on threads (1 and 2 workers) and on 2
+   worker processes, ``PIPELINE_COMPILED`` 0 and 1, ``BENCH_REPEATS`` (default 3) interleaved rounds;
+   medians of wall and the report's task-seconds per stage: what the kernels save a whole run, and
+   whether GIL-free kernels make 2 threads do twice one thread's work.
 
 ``python bench/compiled.py`` (``BENCH_PART=1`` or ``2`` runs one part). Writes ``bench/results/compiled.json``.
 """
@@ -40,7 +40,7 @@ def _median_ms(fn, *args) -> float:  # type: ignore[no-untyped-def]
 
 
 def kernel_calls() -> list[dict]:
-    os.environ["PIPELINE_COMPILED"] = "1"
+    os.environ.pop("PIPELINE_COMPILED", None)
     sys.path.insert(0, ROOT)
     from pipeline.execute.workers import tune_malloc
     from pipeline.resample import compiled
@@ -81,12 +81,12 @@ def runs() -> dict:
     os.makedirs(OUT, exist_ok=True)
     config = os.path.join(ROOT, "configs", "casestudy.yaml")
 
-    def tool(flag: str, workers: int):  # type: ignore[no-untyped-def]
-        name = f"c{flag}-w{workers}"
+    def tool(flag: str, workers: int, scheduler: str = "threads"):  # type: ignore[no-untyped-def]
+        name = f"c{flag}-w{workers}" + ("-processes" if scheduler == "processes" else "")
 
         def run() -> None:
             args = run_args(
-                config, f"{OUT}/{name}.zarr", f"{OUT}/{name}.json", workers, ("execution.scheduler=threads",)
+                config, f"{OUT}/{name}.zarr", f"{OUT}/{name}.json", workers, (f"execution.scheduler={scheduler}",)
             )
             env = dict(os.environ, PIPELINE_COMPILED=flag)
             subprocess.run([sys.executable, "-m", "pipeline", *args], check=True, cwd=ROOT, env=env)
@@ -94,6 +94,7 @@ def runs() -> dict:
         return name, run
 
     tools = dict(tool(flag, w) for flag in ("0", "1") for w in (1, 2))
+    tools |= dict(tool(flag, 2, "processes") for flag in ("0", "1"))
     for fn in tools.values():
         fn()
     task_s: dict[str, list[dict]] = {k: [] for k in tools}
@@ -125,6 +126,13 @@ def runs() -> dict:
             f"{2 * one['task_total_s'] / two['task_total_s']:.2f}x one thread's work",
             flush=True,
         )
+    on, off = out["c1-w2-processes"], out["c0-w2-processes"]
+    print(
+        f"2 worker processes: compiled {on['wall_s']:.2f} s against NumPy {off['wall_s']:.2f} s "
+        f"({on['wall_s'] / off['wall_s']:.2f}x the wall); resample task-s {on['task_s']['resample']:.2f} "
+        f"against {off['task_s']['resample']:.2f} ({on['task_s']['resample'] / off['task_s']['resample']:.2f}x)",
+        flush=True,
+    )
     return out
 
 

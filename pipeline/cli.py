@@ -158,9 +158,7 @@ def run(
     ):
         # The process pool's fork server likewise, and for auto too, which picks processes for all but small
         # jobs: its imports take a core this process leaves idle while it imports and plans.
-        from pipeline.execute.compiled_choice import choose
-
-        start_fork_server(compiled=choose(masked=bool(raw.get("mask")))[0])
+        start_fork_server()
     if own:  # after the servers start, so their imports overlap these
         tune_malloc()
         import_rasterio()

@@ -1,6 +1,6 @@
-"""The compiled kernels (numba, PIPELINE_COMPILED=1) against the NumPy reference: the same bits for nearest
-and average on reprojected maps, rows whole and split into segments, with and without nodata; a run says
-whether they ran."""
+"""The compiled kernels (C, ``pipeline/resample/_fused.c``) against the NumPy reference: the same bits for
+nearest and average on reprojected maps, rows whole and split into segments, with and without nodata; a run
+says whether they ran and why."""
 
 from __future__ import annotations
 
@@ -12,23 +12,20 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytest.importorskip("numba")
-
-from pipeline.resample import compiled  # noqa: E402
-from pipeline.resample.coords import CoordMap, LineMap  # noqa: E402
-from pipeline.resample.footprint import resample_average  # noqa: E402
-from pipeline.resample.parity import build_map, build_source, rotated_lines  # noqa: E402
-from pipeline.resample.point import resample_nearest  # noqa: E402
+from pipeline.resample import compiled
+from pipeline.resample.coords import CoordMap, LineMap
+from pipeline.resample.footprint import resample_average
+from pipeline.resample.parity import build_map, build_source, rotated_lines
+from pipeline.resample.point import resample_nearest
 
 REFERENCE = {"nearest": resample_nearest, "average": resample_average}
 
 
 @pytest.fixture(autouse=True)
 def turned_on(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("PIPELINE_COMPILED", "1")
-    compiled.kernels.cache_clear()
+    monkeypatch.delenv("PIPELINE_COMPILED", raising=False)
+    assert compiled.kernels() is not None, "the compiled kernels were not built: pip install -e . (needs gcc)"
     yield
-    compiled.kernels.cache_clear()
 
 
 def split_rows(lines: LineMap, at: int) -> LineMap:
@@ -85,9 +82,9 @@ def test_compiled_kernels_give_the_numpy_kernels_bits(method: str, dtype: str, n
             np.testing.assert_array_equal(got, reference, err_msg=f"{method} {dtype} {nodata} {name}")
 
 
-def test_compiled_kernels_stay_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compiled_kernels_stay_off_where_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert compiled.available()
     monkeypatch.setenv("PIPELINE_COMPILED", "0")
-    compiled.kernels.cache_clear()
     assert not compiled.available()
     assert compiled.resample(build_source("nearest", 32, "uint16"), 0.0, build_map("reproj", 32, np), "nearest") is None
 
@@ -96,6 +93,7 @@ def test_one_crs_maps_and_other_types_are_left_to_numpy() -> None:
     src = build_source("average", 32, "uint16")
     assert compiled.resample(src, 0.0, build_map("same", 32, np), "average") is None
     assert compiled.resample(src.astype("f8"), 0.0, build_map("reproj", 32, np), "average") is None
+    assert compiled.resample(src.astype("u4"), 0.0, build_map("reproj", 32, np), "average") is None
     assert compiled.resample(src, 0.0, build_map("reproj", 32, np), "bilinear") is None
 
 
@@ -109,9 +107,10 @@ def test_a_run_says_whether_compiled_kernels_ran(tmp_path: Path, small_dir: Path
     assert on["ran"] and on["windows"] > 0
 
 
-def test_worker_processes_run_the_kernels_their_fork_server_loaded(tmp_path: Path, small_dir: Path) -> None:
-    """``pipeline run`` on processes with ``PIPELINE_COMPILED=1``: the fork server loads numba and the kernels
-    before it forks (``pipeline.execute.server_preload``); its workers run them, with the NumPy kernels' cube."""
+def test_worker_processes_run_the_kernels(tmp_path: Path, small_dir: Path) -> None:
+    """``pipeline run`` on processes: the workers run the compiled kernels (the fork server loaded their
+    library) and give the NumPy kernels' cube; ``PIPELINE_COMPILED=0`` turns them off, and the report says
+    which ran and why."""
     import json
     import os
     import subprocess
@@ -126,87 +125,45 @@ def test_worker_processes_run_the_kernels_their_fork_server_loaded(tmp_path: Pat
     for flag in ("1", "0"):
         out = tmp_path / f"cube{flag}.zarr"
         cmd = [sys.executable, "-m", "pipeline", "run", str(path), "-q", "--set", f"output.path={out}"]
-        r = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "PIPELINE_COMPILED": flag}
-        )
+        env = {k: v for k, v in os.environ.items() if k != "PIPELINE_COMPILED"}
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env | {"PIPELINE_COMPILED": flag})
         assert r.returncode == 0, r.stderr[-2000:]
-        report = json.loads((tmp_path / f"cube{flag}.report.json").read_text())
-        assert report["execution"]["compiled_kernels"]["ran"] is (flag == "1")
-        assert report["execution"]["compiled_kernels"]["loaded_in_tasks"] == 0  # loaded before the fork
+        kernels = json.loads((tmp_path / f"cube{flag}.report.json").read_text())["execution"]["compiled_kernels"]
+        assert kernels["chosen"] is kernels["ran"] is (flag == "1") and (kernels["windows"] > 0) is (flag == "1")
+        assert kernels["reason"] == ("PIPELINE_COMPILED=0" if flag == "0" else compiled.choose()[1])
         cubes[flag] = zarr.open_group(str(out), mode="r")
     for name in ("B02", "B04", "B11"):
         np.testing.assert_array_equal(cubes["1"][name][:], cubes["0"][name][:])
 
 
-def test_a_fork_server_whose_kernels_fail_to_load_runs_the_numpy_kernels() -> None:
-    """Where the compiled kernels fail to load in the fork server (a broken numba or cache), the server
-    logs why and turns them off for the workers it forks, instead of dying and failing the run."""
-    import os
-    import subprocess
-    import sys
-
-    code = (
-        "from pipeline.resample import compiled\n"
-        "def broken():\n    raise RuntimeError('no LLVM here')\n"
-        "compiled.compile_all = broken\n"
-        "import pipeline.execute.server_compiled\n"
-        "print(compiled.disabled[0], compiled.available())\n"
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PIPELINE_COMPILED": "1"},
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.split() == ["True", "False"]
-    assert "compiled kernels failed to load (RuntimeError: no LLVM here)" in r.stderr
-
-
-def test_a_run_chooses_the_compiled_kernels_by_its_mask_and_its_reprojected_bytes(
+def test_without_the_built_library_runs_use_the_numpy_kernels_and_say_why(
     monkeypatch: pytest.MonkeyPatch, small_config: Any
 ) -> None:
-    """``choose``: a run uses them past ``MIN_MB_PER_WORKER_MASKED`` (masked) or ``MIN_MB_PER_WORKER`` of
-    reprojected windows per worker process, the fork server before the plan where the run masks, the
-    environment over all; the plan's ``bytes_reprojected`` is the bytes of its windows in another CRS
-    than the grid's, and the run's context carries the choice."""
-    from pipeline.execute import compiled_choice as choice
-    from pipeline.execute.runner import compiled_choice, plan_run, task_context
+    """An install without a C compiler has no ``_fused`` library: the choice says so and how to build it,
+    and the kernels answer None (the NumPy kernels run)."""
+    import importlib.util
 
-    monkeypatch.delenv("PIPELINE_COMPILED", raising=False)
-    assert choice.choose(masked=True) == (True, "masked sources")  # before the plan: the fork server's preload
-    assert choice.choose(masked=False) == (False, "no mask")
-    for masked, least in ((False, choice.MIN_MB_PER_WORKER), (True, choice.MIN_MB_PER_WORKER_MASKED)):
-        on, why = choice.choose(masked, reprojected_mb_per_worker=least - 1)
-        assert not on and f"below {least:,.0f} MB" in why
-        on, why = choice.choose(masked, reprojected_mb_per_worker=least)
-        assert on and why.startswith("masked sources" if masked else "no mask") and f"past {least:,.0f} MB" in why
-    monkeypatch.setenv("PIPELINE_COMPILED", "0")
-    assert choice.choose(masked=True) == (False, "PIPELINE_COMPILED=0")
-    monkeypatch.setenv("PIPELINE_COMPILED", "1")
-    assert choice.choose(masked=False) == (True, "PIPELINE_COMPILED=1")
-    monkeypatch.delenv("PIPELINE_COMPILED")
-
-    cfg = small_config("execution.scheduler=processes", "execution.workers=2")
-    _, plan = plan_run(cfg)
-    itemsize = {b.name: np.dtype(b.dtype).itemsize for b in plan.bands}
-    windows = [(s, job.band) for part in plan.partitions for job in part.jobs for s in job.sources]
-    other = sum(s.window[2] * s.window[3] * itemsize[band] for s, band in windows if s.crs != plan.grid.crs)
-    assert 0 < other < plan.bytes_read and plan.bytes_reprojected == other  # the small preset spans 2 zones
-    on, why = compiled_choice(cfg, plan)
-    assert not on and f"; {other / 2e6:,.0f} MB of reprojected windows per worker process" in why
-    monkeypatch.setattr(choice, "MIN_MB_PER_WORKER", other / 2e6)  # as if each process read that much more
-    assert compiled_choice(cfg, plan)[0] and task_context(cfg, plan).compiled
-    _, bilinear = plan_run(small_config("resampling=bilinear"))  # no compiled kernel: nothing they would take
-    assert bilinear.bytes_read == plan.bytes_read and bilinear.bytes_reprojected == 0
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "pipeline.resample._fused" else real(name, *a)
+    )
+    compiled.kernels.cache_clear()
+    try:
+        on, why = compiled.choose()
+        assert not on and "not built" in why and "pip install -e ." in why
+        src = build_source("nearest", 32, "uint16")
+        assert compiled.resample(src, 0.0, build_map("reproj", 32, np), "nearest") is None
+    finally:
+        monkeypatch.undo()
+        compiled.kernels.cache_clear()
+    assert compiled.choose()[0]
 
 
 def test_a_task_leaves_its_threads_choice_as_it_found_it(
     monkeypatch: pytest.MonkeyPatch, small_config: Any, tmp_path: Path
 ) -> None:
     """A task's run chose no compiled kernels; on a thread that runs it (here the main one), the kernels
-    still answer ``PIPELINE_COMPILED=1`` afterwards: the choice holds for the task alone."""
+    still run afterwards for a direct call: the choice holds for the task alone."""
     from dataclasses import replace
 
     from pipeline.execute.runner import _prepare_store, plan_run, task_context
@@ -218,18 +175,3 @@ def test_a_task_leaves_its_threads_choice_as_it_found_it(
     run_partition(plan.partitions[0], replace(task_context(cfg, plan), compiled=False))
     src = build_source("nearest", 32, "uint16")
     assert compiled.resample(src, 0.0, build_map("reproj", 32, np), "nearest") is not None
-
-
-def test_the_command_asks_for_the_choice_without_numpy() -> None:
-    """``pipeline run`` decides the fork server's preload before it starts it: the choice's module imports
-    neither NumPy nor numba, which would hold the server's start back (~0.17 s)."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, pipeline.execute.compiled_choice as c\n"
-        "c.choose(True)\n"
-        "print(sorted({'numpy', 'numba'} & set(sys.modules)))"
-    )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    assert r.stdout.strip() == "[]"

@@ -447,34 +447,19 @@ def test_plan_says_how_a_composite_is_split(cloudy: Cloudy, tmp_path: Path) -> N
     assert as_json["composite"]["strips"] > 1
 
 
-def test_masked_runs_choose_the_compiled_kernels_with_the_numpy_kernels_bits(
+def test_masked_runs_give_the_numpy_kernels_bits_with_the_compiled_kernels(
     cloudy: Cloudy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A masked run past ``MIN_MB_PER_WORKER_MASKED`` of reprojected windows per worker process uses the
-    compiled kernels unless ``PIPELINE_COMPILED=0`` says not (and numba is installed): its report says so
-    and why, and its cube is the NumPy kernels' bit for bit. The same run this small (a few MB) does not,
-    nor does one without a mask."""
-    from pipeline.execute import compiled_choice
-
-    if not compiled_choice.installed():
-        pytest.skip("numba is not installed")
+    """A masked composite runs the compiled kernels (which test each tap's validity where they read it),
+    and its cube is the NumPy kernels' (``PIPELINE_COMPILED=0``) bit for bit; each report says which ran."""
     comp = {"period": "P1M", "reducer": "median"}
     monkeypatch.delenv("PIPELINE_COMPILED", raising=False)
-    small, _ = _run(cloudy, tmp_path / "small", composite=comp)
-    kernels = small.report["execution"]["compiled_kernels"]
-    assert not kernels["chosen"] and not kernels["ran"] and "MB of reprojected windows" in kernels["reason"]
-    monkeypatch.setattr(compiled_choice, "MIN_MB_PER_WORKER_MASKED", 0.0)  # as if its tiles were larger
     chosen, a = _run(cloudy, tmp_path / "auto", composite=comp)
     kernels = chosen.report["execution"]["compiled_kernels"]
     assert kernels["chosen"] and kernels["ran"] and kernels["windows"] > 0
-    assert kernels["reason"].startswith("masked sources")
     monkeypatch.setenv("PIPELINE_COMPILED", "0")
     numpy_run, b = _run(cloudy, tmp_path / "numpy", composite=comp)
     kernels = numpy_run.report["execution"]["compiled_kernels"]
     assert not kernels["chosen"] and not kernels["ran"] and kernels["reason"] == "PIPELINE_COMPILED=0"
     for band in BANDS:
         np.testing.assert_array_equal(a[band].values, b[band].values)
-    monkeypatch.delenv("PIPELINE_COMPILED")
-    unmasked, _ = _run(cloudy, tmp_path / "unmasked", mask=None)
-    kernels = unmasked.report["execution"]["compiled_kernels"]
-    assert not kernels["chosen"] and not kernels["ran"] and kernels["reason"].startswith("no mask")

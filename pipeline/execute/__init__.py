@@ -8,10 +8,8 @@
 * :mod:`~pipeline.execute.task`: one partition: read, resample, fuse and write each of its chunks;
 * :mod:`~pipeline.execute.device`: which device resamples each task and why (GPU detection, parity
   check, cost model);
-* :mod:`~pipeline.execute.compiled_choice`: whether the tasks use the compiled CPU kernels, and why;
 * :mod:`~pipeline.execute.workers`: how the pool's and the local cluster's worker processes start
-  (:mod:`~pipeline.execute.server_preload` and :mod:`~pipeline.execute.server_compiled`: what the fork
-  server loads before it forks).
+  (:mod:`~pipeline.execute.server_preload`: what the fork server loads before it forks).
 
 Imports the stages; nothing but :mod:`pipeline.api`, :mod:`pipeline.cli` and the tools imports it.
 """

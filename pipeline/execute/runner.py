@@ -35,6 +35,7 @@ from pipeline.planning.windows import infer_grid
 from pipeline.report.diagnostics import compute_diagnostics, compute_stragglers, compute_task_overhead
 from pipeline.report.progress import NoProgress, progress_for
 from pipeline.report.summary import StageClock, compute_stages, summarise_workers, write_report
+from pipeline.resample import compiled
 from pipeline.storage import task_storage, write_object
 from pipeline.store.layout import create_store, finalize_store, journal_done, store_config, store_exists
 from pipeline.store.replace import move_aside
@@ -320,28 +321,6 @@ def _prepare_store(
     return set()
 
 
-def compiled_choice(config: Config, plan: Plan | None = None) -> tuple[bool, str]:
-    """Whether the run's tasks use the compiled kernels, and why (:func:`pipeline.execute.compiled_choice.choose`):
-    before the plan (the fork server's preload) by the mask alone, after it by its reprojected bytes per
-    worker process too. The processes: one on ``threads``, ``workers`` x ``threads_per_worker`` on
-    ``processes`` (and ``auto``, which picks threads only for jobs far under the thresholds), ``workers``
-    on a cluster (this machine's cores where a cluster by address leaves it unset)."""
-    from pipeline.execute.compiled_choice import choose
-
-    per_worker = None
-    if plan is not None:
-        e = config.execution
-        workers = e.workers or usable_cores()
-        if e.address or e.scheduler == "local-cluster":
-            processes = workers
-        elif e.scheduler == "threads":
-            processes = 1
-        else:
-            processes = workers * e.threads_per_worker
-        per_worker = plan.bytes_reprojected / 1e6 / max(1, min(processes, len(plan.partitions)))
-    return choose(masked=config.mask is not None, reprojected_mb_per_worker=per_worker)
-
-
 def task_context(config: Config, plan: Plan, catalog: Any = None) -> TaskContext:
     """What every task of this run shares (:class:`TaskContext`), for a store that exists: its stamp is
     read from it. ``catalog``: where ``mask`` names classes, the STAC classification they are looked up in."""
@@ -368,7 +347,7 @@ def task_context(config: Config, plan: Plan, catalog: Any = None) -> TaskContext
         chunk_rows=plan.grid.chunks_yx[0],
         grid_height=plan.grid.shape_yx[0],
         run_token=uuid.uuid4().hex,
-        compiled=compiled_choice(config, plan)[0],
+        compiled=compiled.choose()[0],
     )
 
 
@@ -411,7 +390,7 @@ def _run(
     if own_workers and config.execution.scheduler == "local-cluster":
         start_worker_server()  # its imports overlap the planning below (auto starts it once it picks a cluster)
     elif own_workers and config.execution.scheduler == "processes":
-        start_fork_server(compiled=compiled_choice(config)[0])
+        start_fork_server()
     catalog, plan = plan_run(config, clock, progress)
     if config.inputs.trust_index:  # planned without a request: check the store answers before writing
         from pipeline.storage import check_access
@@ -533,10 +512,9 @@ def _run(
             "chunk_cost": chunk_cost,
             "compiled_kernels": {  # pipeline.resample.compiled
                 "chosen": ctx.compiled,
-                "reason": compiled_choice(config, plan)[1],
+                "reason": compiled.choose()[1],
                 "windows": int(sum(r.get("compiled_windows", 0) for r in records)),
                 "ran": any(r.get("compiled_windows", 0) for r in records),
-                "loaded_in_tasks": int(sum(bool(r.get("compiled_loaded")) for r in records)),
             },
             "maps": {
                 "reused": int(sum(r.get("maps_reused", 0) for r in records)),

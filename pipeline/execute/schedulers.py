@@ -262,7 +262,7 @@ def _execute_processes(
     n = (config.execution.workers or usable_cores()) * config.execution.threads_per_worker
     n = max(1, min(n, len(todo)))
     decisions = _decide_devices(_InProcess(), config, todo, ctx)
-    start_fork_server(compiled=ctx.compiled)  # idempotent: a `processes` run started it before planning
+    start_fork_server()  # idempotent: a `processes` run started it before planning
     records: list[dict[str, Any]] = []
     pool = ProcessPool(n, ctx, crs)
     try:

@@ -72,7 +72,8 @@ class TaskContext:
     device: str = "cpu"
     """Where this task's arrays are computed (set per task from the driver's decision)."""
     compiled: bool = False
-    """Whether resampling uses the compiled kernels (:func:`pipeline.execute.compiled_choice.choose`)."""
+    """Whether resampling uses the compiled kernels (:func:`pipeline.resample.compiled.choose`, asked once by
+    the driver)."""
     run_token: str = ""
     """Unique to this run (a resumed one too): what a worker keeps from the files' contents, such as its
     judged mask windows, is kept for one run, as the files may have changed in between."""
@@ -95,9 +96,9 @@ _libraries_warm = [False]
 
 def warm_libraries() -> None:
     """Each library's first-use set-up that depends on no run: GDAL's drivers (a GeoTIFF written and read
-    in memory), the ZSTD codec, numpy.ma (which rasterio imports on a first read). Once per process; the
-    fork server does it before it forks, so its workers start with it done (it opens no dataset and
-    starts no thread, so no lock is held when it forks)."""
+    in memory), the ZSTD codec, numpy.ma (which rasterio imports on a first read), the compiled kernels'
+    library. Once per process; the fork server does it before it forks, so its workers start with it done
+    (it opens no dataset and starts no thread, so no lock is held when it forks)."""
     if _libraries_warm[0]:
         return
     import numcodecs
@@ -126,6 +127,7 @@ def warm_libraries() -> None:
         ds.write(pixel)
         ds.read(1)
     numcodecs.Zstd(level=1).encode(pixel)
+    compiled.kernels()  # the compiled kernels' library loaded (~1 ms), where it was built
     _libraries_warm[0] = True
 
 
@@ -534,7 +536,6 @@ def _run_partition(partition: Partition, ctx: TaskContext, device: str, reason: 
     opened_before = open_count()
     hits_before, misses_before = MAPS.tally()
     compiled_before = compiled.calls()
-    signatures_before = compiled.signatures()
     tally = _Tally()
     bands = {b.name: b for b in ctx.bands}
     writer = StoreWriter(ctx.store_path, ctx.storage, ctx.store_stamp)
@@ -596,7 +597,6 @@ def _run_partition(partition: Partition, ctx: TaskContext, device: str, reason: 
         "maps_made": misses - misses_before,
         "maps_kept_mb": MAPS.bytes / 1e6,
         "compiled_windows": compiled.calls() - compiled_before,
-        "compiled_loaded": compiled.signatures() > signatures_before,
         "read_s": tally.read_s,
         "mask_s": tally.mask_s,
         "resample_s": tally.resample_s,

@@ -100,15 +100,11 @@ worker's stack and the pool's own module. Not pydantic: a task's context carries
 plain values (:class:`pipeline.storage.StorageSettings`)."""
 
 
-def start_fork_server(compiled: bool = False, preload: tuple[str, ...] = PROCESS_PRELOAD) -> None:
-    """Start the fork server now (idempotent; one per process: a running one keeps its own preload).
-    ``compiled``: the run chose the compiled kernels, which the server then loads before it forks
-    (:mod:`pipeline.execute.server_compiled`); a server already running without them leaves that load
-    to each worker's first task."""
+def start_fork_server(preload: tuple[str, ...] = PROCESS_PRELOAD) -> None:
+    """Start the fork server now (idempotent; one per process: a running one keeps its own preload)."""
     from multiprocessing import forkserver
 
-    extra = ("pipeline.execute.server_compiled",) if compiled else ()
-    multiprocessing.get_context("forkserver").set_forkserver_preload([*preload, *extra])
+    multiprocessing.get_context("forkserver").set_forkserver_preload(list(preload))
     forkserver.ensure_running()
 
 

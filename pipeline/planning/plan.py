@@ -390,10 +390,6 @@ class Plan:
     """Tiles read at each overview level ("full", "overview 0", ...)."""
     inferred: tuple[tuple[str, str], ...] = ()
     """Grid settings the config left null and the inputs gave: (key, what was taken)."""
-    bytes_reprojected: int = 0
-    """Of ``bytes_read``, the windows the compiled kernels would resample: tiles in another CRS than the
-    grid's (resampled on coordinate maps) whose band's method has a compiled kernel (nearest; average
-    for 8- and 16-bit integers and float32). What :func:`pipeline.execute.compiled_choice.choose` weighs."""
     n_geometries: int = 0
     """Distinct (tile geometry, chunk) pairs: the coordinate maps a worker making every window would make
     (a tile's bands of one resolution and its dates share a map; :mod:`pipeline.report.sizing` prices them)."""
@@ -635,23 +631,6 @@ def compute_plan(
     win = cp_win[pair_cp]
     pair_px = ((cp_win[:, 2] - cp_win[:, 0]) * (cp_win[:, 3] - cp_win[:, 1]))[pair_cp]
 
-    from pyproj import CRS as ProjCRS
-
-    from pipeline.resample.compiled import METHODS as COMPILED_METHODS
-    from pipeline.resample.compiled import SUMMED_F4
-
-    grid_crs = ProjCRS.from_user_input(crs)
-    other = np.array([str(n) != crs and ProjCRS.from_user_input(str(n)) != grid_crs for n in crs_names], dtype=bool)
-    dtype_of = {b.name: np.dtype(b.dtype).str[1:] for b in bands}
-    compiled_band = np.array(
-        [
-            m in COMPILED_METHODS and (m == "nearest" or dtype_of.get(str(b)) in SUMMED_F4)
-            for b, m in zip(band_names, band_method, strict=True)
-        ],
-        dtype=bool,
-    )
-    moved = np.flatnonzero((other[crs_code] & compiled_band[band_code])[tile_of])
-    bytes_reprojected = int(np.dot(pair_px[moved], itemsize[tile_band[tile_of[moved]]]))
     paths = tiles["path"].astype(object)
     n_pairs = len(tile_of)
     if n_pairs:
@@ -740,7 +719,6 @@ def compute_plan(
         n_pairs=n_pairs,
         n_geometries=int(len(class_of)),
         bytes_read=int(read_bytes.sum()),
-        bytes_reprojected=bytes_reprojected,
         bytes_out=int(sum(int(np.prod(grid.shape_yx)) * len(times) * np.dtype(b.dtype).itemsize for b in bands)),
         levels_used={
             ("full" if v < 0 else f"overview {v}"): int(n)

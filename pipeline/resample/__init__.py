@@ -6,8 +6,8 @@ that feeds them.
   :mod:`~pipeline.resample.footprint`, :mod:`~pipeline.resample.rank` (the families),
   :mod:`~pipeline.resample.common` (shared helpers), :mod:`~pipeline.resample.kernels` (dispatch),
   :mod:`~pipeline.resample.fuse` (tiles of one chunk into one array), :mod:`~pipeline.resample.parity`,
-  :mod:`~pipeline.resample.fused` and :mod:`~pipeline.resample.compiled` (nearest and average compiled by
-  numba, where the run chooses them: :mod:`pipeline.execute.compiled_choice`).
+  :mod:`~pipeline.resample.compiled` (nearest and average on reprojected maps in C, ``_fused.c``, built
+  with the package and called through ctypes; the NumPy kernels are their reference).
   They import nothing geospatial (no rasterio, pyproj, dask, zarr or xarray): callers hand in arrays
   and plain numbers;
 * :mod:`~pipeline.resample.warp` (one source window onto one chunk: the coordinate map from the

@@ -1,26 +1,25 @@
-"""Compiled CPU kernels: the fused kernels of :mod:`pipeline.resample.fused` for nearest and average on
-reprojected maps, compiled by numba (detected here, once). The NumPy kernels stay the reference (tests
+"""Compiled CPU kernels: nearest and average on reprojected maps in C (``_fused.c``, built with the package
+and called through ctypes, which releases the GIL for each call). The NumPy kernels stay the reference (tests
 compare the two: the same bits) and the CuPy path.
 
-Each run chooses whether its tasks use them (:mod:`pipeline.execute.compiled_choice`), by its reprojected
-windows per worker process and whether it masks; ``PIPELINE_COMPILED=1`` or ``0`` in the environment
-decides instead (docs/performance.md, "Compiled kernels"). Compiled code is cached beside the module (numba's
-``cache=True``); :func:`compile_all` compiles every signature they take, which ``make install`` runs, so a
-run pays no compilation.
+Loading them costs ~1 ms, once per process, so every run uses them where they are built;
+``PIPELINE_COMPILED=0`` in the environment turns them off (:func:`choose`; the report's
+``execution.compiled_kernels`` says which ran and why). numba compiled the same loops to the same
+speed, but loading it took ~0.4 s a process (docs/performance.md, "Compiled kernels").
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import importlib.util
 import math
 import os
-import sys
 import threading
 from typing import Any
 
 import numpy as np
 
-from pipeline.resample import fused
 from pipeline.resample.common import _kept, all_valid, nodata_fill
 from pipeline.resample.coords import CoordMap
 
@@ -33,8 +32,7 @@ _tally = threading.local()
 
 
 ENV = "PIPELINE_COMPILED"
-"""``1``: the kernels run wherever no run chose otherwise (direct calls, benches); a run's choice is
-:func:`pipeline.execute.compiled_choice.choose`'s, which reads the same variable."""
+"""``0``: the kernels stay off (a run's choice, :func:`choose`, and direct calls alike)."""
 
 
 def use(on: bool | None) -> bool | None:
@@ -47,62 +45,50 @@ def use(on: bool | None) -> bool | None:
 
 def _on() -> bool:
     on = getattr(_tally, "on", None)
-    return os.environ.get(ENV) == "1" if on is None else bool(on)
+    return os.environ.get(ENV) != "0" if on is None else bool(on)
 
 
-disabled = [False]
-"""Set where loading the kernels failed in this process (the fork server), so that it and its workers
-run the NumPy kernels whatever their run chose."""
+_P, _I, _D, _F, _B = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_float, ctypes.c_int
+_SEGMENTS = [_P] * 8  # row_ptr, col, count, t0, x0, dx, y0, dy
+_WEIGHTED = [_P, _I, _I, _B, _D, _B, _B, _P, _P, _I, _P, _I, _P, _D, _B, _F, _F, _P, _I, _I]
+_SIGNATURES: dict[str, list[Any]] = {  # the argument types of each function in _fused.c
+    "nearest_lines": [_P, _I, _I, _I, _P, *_SEGMENTS, _P, _I, _I],
+    "average_reach": [*_SEGMENTS, _I, _I, _P],
+    "average_taps": [*_SEGMENTS, _I, _I, _I, _I, _P, _P, _I, _P, _I, _P],
+    **{f"weighted_sums_{t}": _WEIGHTED for t in SUMMED_F4},
+}
 
 
 @functools.lru_cache(maxsize=1)
-def kernels() -> dict[str, Any] | None:
-    """The compiled kernels by name (numba imported and the kernels jitted; their machine code loads on
-    first call), or None where numba is not installed or :data:`disabled`."""
-    if disabled[0]:
+def kernels() -> Any | None:
+    """The compiled kernels' library (its functions typed), or None where it was not built (an install
+    without a C compiler)."""
+    spec = importlib.util.find_spec("pipeline.resample._fused")
+    if spec is None or spec.origin is None:
         return None
-    try:
-        import numba
-    except ImportError:
-        return None
-    jit = numba.njit(nogil=True, cache=True)
-    # The helpers first: the kernels call them through the module's globals, compiled as they are.
-    for name in ("row_positions_f4", "_footprint_axis_f4", "_clip_f4", "_ordered_corners", "_valid_at"):
-        fn = getattr(fused, name)
-        setattr(fused, name, jit(getattr(fn, "py_func", fn)))  # (once: a second detection finds them compiled)
-    names = ("nearest_lines", "average_reach", "average_taps", "weighted_sums_f4")
-    return {name: jit(getattr(fused, name)) for name in names}
+    lib = ctypes.CDLL(spec.origin)
+    for name, argtypes in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, ctypes.c_int
+    return lib
 
 
-def load_in_server() -> float:
-    """Import numba and load every signature (:func:`compile_all`) in a process of this pipeline's own (the
-    fork server), with SciPy hidden: numba imports ``scipy.linalg`` for its ``np.linalg`` support, which
-    these kernels do not use (~0.15 s of the load). Seconds taken."""
-    import time
-
-    t = time.perf_counter()
-    hidden = "scipy" not in sys.modules
-    if hidden:
-        sys.modules["scipy"] = None  # type: ignore[assignment]  # (an import of it raises ImportError)
-    try:
-        if kernels() is not None:
-            compile_all()
-    finally:
-        if hidden and sys.modules.get("scipy", 0) is None:
-            del sys.modules["scipy"]
-    return time.perf_counter() - t
+def choose() -> tuple[bool, str]:
+    """Whether a run's tasks use the compiled kernels, and why: wherever they were built, unless :data:`ENV`
+    is ``0``. They are faster than the NumPy kernels on every window they take, and load in ~1 ms."""
+    if os.environ.get(ENV) == "0":
+        return False, f"{ENV}=0"
+    if kernels() is None:
+        return False, (
+            "not built (the package was installed without a C compiler): the NumPy kernels ran; "
+            "`pip install -e .` with gcc builds them"
+        )
+    return True, "built with the package: compiled C for nearest and average on reprojected windows"
 
 
 def available() -> bool:
     """Whether compiled kernels run on this thread: asked for (by the run, or by :data:`ENV`) and installed."""
     return _on() and kernels() is not None
-
-
-def signatures() -> int:
-    """Signatures of the compiled kernels loaded in this process so far (compiled, or read from numba's
-    cache); 0 where none is. A task after which there are more paid for loading them."""
-    found = kernels() if "numba" in sys.modules else None
-    return sum(len(k.signatures) for k in found.values()) if found else 0
 
 
 def calls() -> int:
@@ -115,10 +101,20 @@ def _count() -> None:
 
 
 def _segments(lines: Any) -> tuple[Any, ...]:
+    """A line map's segment arrays in the kernels' types (int64 and float64), C-contiguous."""
     return tuple(
         np.ascontiguousarray(getattr(lines, k), dtype="i8" if k in ("row_ptr", "col", "count") else "f8")
         for k in ("row_ptr", "col", "count", "t0", "x0", "dx", "y0", "dy")
     )
+
+
+def _addresses(arrays: tuple[Any, ...]) -> list[int]:
+    return [a.ctypes.data for a in arrays]
+
+
+def _check(rc: int, name: str) -> None:
+    if rc != 0:
+        raise MemoryError(f"compiled kernel {name}: out of memory for its row buffers")
 
 
 def _range(dtype: Any) -> tuple[float, float]:
@@ -139,62 +135,66 @@ def _nodata_test(dtype: np.dtype, nodata: float) -> tuple[bool, float, bool]:
     return True, float(np.asarray(nodata).astype(np.result_type(dtype, nodata))), dtype.kind == "f"
 
 
-def _average_taps(found: dict[str, Any], cmap: CoordMap, src_shape: tuple[int, int]) -> tuple[Any, ...]:
-    """Every pixel's footprint taps on ``cmap`` for a source of ``src_shape`` (kept with a map that keeps taps)."""
+def _average_taps(lib: Any, cmap: CoordMap, src_shape: tuple[int, int]) -> tuple[Any, ...]:
+    """Every pixel's footprint taps on ``cmap`` for a source of ``src_shape`` (kept with a map that keeps taps):
+    first row and column (h, w, 2), weights along y (h, w, ky) and x (h, w, kx), and the footprint's area
+    inside the source (the weight sum of a source without nodata, as ``common._overlap`` gives it)."""
     h, w = cmap.shape_yx
     segments = _segments(cmap.corners)
-    ky, kx = found["average_reach"](*segments, h, w)
+    reach = np.empty(2, np.int64)
+    _check(lib.average_reach(*_addresses(segments), h, w, reach.ctypes.data), "average_reach")
+    ky, kx = int(reach[0]), int(reach[1])
     first = np.empty((h, w, 2), np.int32)
     wy, wx = np.empty((h, w, ky), np.float32), np.empty((h, w, kx), np.float32)
     overlap = np.empty((h, w), np.float32)
-    found["average_taps"](*segments, src_shape[0], src_shape[1], first, wy, wx, overlap)
+    rc = lib.average_taps(
+        *_addresses(segments),
+        h,
+        w,
+        *src_shape,
+        first.ctypes.data,
+        wy.ctypes.data,
+        ky,
+        wx.ctypes.data,
+        kx,
+        overlap.ctypes.data,
+    )
+    _check(rc, "average_taps")
     return first, wy, wx, overlap
 
 
 def resample(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any | None:
     """``method`` on a reprojected map by a compiled kernel; None where none applies (a one-CRS map, a
-    CuPy array, a type or stretch the kernels do not take, not chosen for this run, numba not installed)."""
-    found = kernels() if _on() else None
-    if found is None or method not in METHODS or cmap.separable or not isinstance(src, np.ndarray):
+    CuPy array, a type the kernels do not take, turned off for this run, the kernels not built)."""
+    lib = kernels() if _on() else None
+    if lib is None or method not in METHODS or cmap.separable or not isinstance(src, np.ndarray) or src.ndim != 2:
         return None
-    fill = nodata_fill(nodata, src.dtype, np)[()]  # a scalar of the source's type
-    out = np.empty(cmap.shape_yx, dtype=src.dtype)
+    src = np.ascontiguousarray(src)
+    h, w = cmap.shape_yx
+    out = np.empty((h, w), dtype=src.dtype)
     if method == "nearest":
         if cmap.centres is None:
             return None
-        found["nearest_lines"](src, fill, *_segments(cmap.centres), out)
+        fill_px = np.array(nodata_fill(nodata, src.dtype, np), dtype=src.dtype)  # the fill in the source's type
+        segments = _segments(cmap.centres)
+        rc = lib.nearest_lines(
+            src.ctypes.data, *src.shape, src.itemsize, fill_px.ctypes.data, *_addresses(segments), out.ctypes.data, h, w
+        )
+        _check(rc, "nearest_lines")
         _count()
         return out
-    if src.dtype.str[1:] not in SUMMED_F4:
+    kind = src.dtype.str[1:]
+    if kind not in SUMMED_F4 or cmap.corners is None:
         return None
-    if cmap.corners is None:
-        return None
-    first, wy, wx, overlap = _kept(cmap, ("fused-average", src.shape), _average_taps, found, cmap, src.shape)
-    everywhere = all_valid(src, nodata, np)
-    unsigned_convex = src.dtype.kind == "u" and src.dtype.itemsize <= 4
-    lo_hi = np.array(_range(src.dtype), np.float32)
+    first, wy, wx, overlap = _kept(cmap, ("fused-average", src.shape), _average_taps, lib, cmap, src.shape)
+    lo, hi = _range(src.dtype)
     test_value, value, test_nan = _nodata_test(src.dtype, nodata)
-    found["weighted_sums_f4"](
-        src, test_value, value, test_nan, everywhere, first, wy, wx, overlap, fill, unsigned_convex, lo_hi, out
-    )
+    fill = float(nodata_fill(nodata, src.dtype, np))
+    rc = getattr(lib, f"weighted_sums_{kind}")(
+        src.ctypes.data, *src.shape, test_value, value, test_nan, all_valid(src, nodata, np),
+        first.ctypes.data, wy.ctypes.data, wy.shape[2], wx.ctypes.data, wx.shape[2], overlap.ctypes.data,
+        fill, src.dtype.kind == "u", lo, hi, out.ctypes.data, h, w,
+    )  # fmt: skip
+    _check(rc, "weighted_sums")
     _count()
     return out
-
-
-def compile_all() -> float:
-    """Compile (or load from the cache) every signature the pipeline uses; the seconds it took."""
-    import time
-
-    t = time.perf_counter()
-    from pipeline.resample.parity import build_map
-
-    before = use(True)
-    try:
-        cmap = build_map("reproj", 16, np)
-        for dtype in ("u1", "i1", "u2", "i2", "f4", "u4", "i4", "f8"):
-            src = (np.arange(40 * 40) % 50).astype(dtype).reshape(40, 40)
-            for method in METHODS:
-                resample(src, 0.0 if dtype[0] != "f" else math.nan, cmap, method)
-    finally:
-        use(before)
-    return time.perf_counter() - t

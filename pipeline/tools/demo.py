@@ -52,30 +52,5 @@ def run_demo(project_root: str, workers: int | None = None, echo: Callable[[str]
             f"{summary['inputs']['files']:,} indexed files measured: {summary['driver_s']:.1f} s)",
         )
     )
-    note = full_scale_kernels(result.report, plan, estimate, config.mask is not None)
-    if note:
-        echo(note)
     echo(f"\nstore:  {config.output.path}\nreport: {config.report_path}")
     return result.exit_code
-
-
-def full_scale_kernels(report: dict[str, Any], plan: Any, estimate: dict[str, Any], masked: bool) -> str | None:
-    """Where the full-scale run would choose other kernels than this run did (its workers each resample
-    far more: :func:`pipeline.execute.compiled_choice.choose` on the projected share of the 192,000 tiles'
-    plan), a line that says so and how to project with them; None where it would choose the same."""
-    from pipeline.execute.compiled_choice import choose
-
-    workers = estimate.get("workers_needed")
-    if not workers or not plan.bytes_read:
-        return None
-    per_worker = estimate["bytes_read"] * plan.bytes_reprojected / plan.bytes_read / workers / 1e6
-    chosen, _ = choose(masked, per_worker)
-    if chosen == bool(report["execution"]["compiled_kernels"]["chosen"]):
-        return None
-    if chosen:
-        return (
-            f"  at that size each worker resamples ~{per_worker / 1e3:,.1f} GB of reprojected windows and would use\n"
-            "  the compiled kernels, which this run did not (too small to repay their load);\n"
-            "  `PIPELINE_COMPILED=1 pipeline demo` projects with them"
-        )
-    return f"  at that size each worker resamples ~{per_worker:,.0f} MB of reprojected windows: the NumPy kernels"
