@@ -45,35 +45,74 @@ static void row_positions_f4(const segments_t *g, int64_t r, float *xs, float *y
     }
 }
 
-/* Nearest on a line map of pixel centres, any item size: the source pixel containing each centre (GDAL
- * floors x + 1e-10, added to each segment's start in float64); fill off the source. */
+/* floor(x) without libm's call (x86-64's baseline has no SSE4.1 round): exact below 2^52, where a double
+ * still has a fraction; the rest (NaN included) as floor gives it. */
+static inline double floor_f8(double x) {
+    if (fabs(x) < 4503599627370496.0) {
+        const double t = (double)(int64_t)x; /* truncated: exact in this range */
+        return t > x ? t - 1.0 : t;
+    }
+    return floor(x);
+}
+
+/* Nearest on a line map of pixel centres: the source pixel containing each centre (GDAL floors x + 1e-10,
+ * added to each segment's start in float64); fill off the source. One loop per item size (copied as
+ * unsigned integers of that size). */
+#define NEAREST(N, T)                                                                                            \
+    static void nearest_##N(const T *src, int64_t h_s, int64_t w_s, T fill, const segments_t *g, T *out,        \
+                            int64_t h, int64_t w) {                                                            \
+        for (int64_t r = 0; r < h; r++) {                                                                      \
+            for (int64_t s = g->row_ptr[r]; s < g->row_ptr[r + 1]; s++) {                                      \
+                const int64_t c0 = g->col[s], n = g->count[s];                                                 \
+                const double xs0 = g->x0[s] + 1e-10, ys0 = g->y0[s] + 1e-10;                                   \
+                const double dxs = g->dx[s], dys = g->dy[s], t0s = g->t0[s];                                   \
+                T *o = out + r * w + c0;                                                                       \
+                for (int64_t j = 0; j < n; j++) {                                                              \
+                    const double t = t0s + (double)j;                                                          \
+                    const double px = dxs * t;                                                                 \
+                    const double py = dys * t;                                                                 \
+                    const double x = floor_f8(px + xs0);                                                       \
+                    const double y = floor_f8(py + ys0);                                                       \
+                    /* (NaN fails these tests too) */                                                          \
+                    const int inside = x >= 0 && x < (double)w_s && y >= 0 && y < (double)h_s;                 \
+                    o[j] = inside ? src[(int64_t)y * w_s + (int64_t)x] : fill;                                 \
+                }                                                                                              \
+            }                                                                                                  \
+        }                                                                                                      \
+    }
+
+NEAREST(1, uint8_t)
+NEAREST(2, uint16_t)
+NEAREST(4, uint32_t)
+NEAREST(8, uint64_t)
+
+/* Nearest for sources of 1, 2, 4 or 8 bytes a pixel (-3 for any other size: the NumPy kernel takes it). */
 int nearest_lines(const char *src, int64_t h_s, int64_t w_s, int64_t itemsize, const char *fill,
                   const int64_t *row_ptr, const int64_t *col, const int64_t *count, const double *t0,
                   const double *x0, const double *dx, const double *y0, const double *dy, char *out, int64_t h,
                   int64_t w) {
-    for (int64_t r = 0; r < h; r++) {
-        for (int64_t s = row_ptr[r]; s < row_ptr[r + 1]; s++) {
-            const int64_t c0 = col[s], n = count[s];
-            const double xs0 = x0[s] + 1e-10, ys0 = y0[s] + 1e-10;
-            char *o = out + (r * w + c0) * itemsize;
-            for (int64_t j = 0; j < n; j++, o += itemsize) {
-                const double t = t0[s] + (double)j;
-                const double px = dx[s] * t;
-                const double py = dy[s] * t;
-                const double x = floor(px + xs0);
-                const double y = floor(py + ys0);
-                const char *from = fill;
-                if (x >= 0 && x < (double)w_s && y >= 0 && y < (double)h_s) /* (NaN fails them too) */
-                    from = src + ((int64_t)y * w_s + (int64_t)x) * itemsize;
-                switch (itemsize) {
-                    case 1: *o = *from; break;
-                    case 2: memcpy(o, from, 2); break;
-                    case 4: memcpy(o, from, 4); break;
-                    case 8: memcpy(o, from, 8); break;
-                    default: memcpy(o, from, (size_t)itemsize);
-                }
-            }
+    const segments_t g = {row_ptr, col, count, t0, x0, dx, y0, dy};
+    switch (itemsize) {
+        case 1: nearest_1((const uint8_t *)src, h_s, w_s, *(const uint8_t *)fill, &g, (uint8_t *)out, h, w); break;
+        case 2: {
+            uint16_t f;
+            memcpy(&f, fill, 2);
+            nearest_2((const uint16_t *)src, h_s, w_s, f, &g, (uint16_t *)out, h, w);
+            break;
         }
+        case 4: {
+            uint32_t f;
+            memcpy(&f, fill, 4);
+            nearest_4((const uint32_t *)src, h_s, w_s, f, &g, (uint32_t *)out, h, w);
+            break;
+        }
+        case 8: {
+            uint64_t f;
+            memcpy(&f, fill, 8);
+            nearest_8((const uint64_t *)src, h_s, w_s, f, &g, (uint64_t *)out, h, w);
+            break;
+        }
+        default: return -3;
     }
     return 0;
 }

@@ -173,7 +173,7 @@ def resample(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any | None
     h, w = cmap.shape_yx
     out = np.empty((h, w), dtype=src.dtype)
     if method == "nearest":
-        if cmap.centres is None:
+        if cmap.centres is None or src.itemsize not in (1, 2, 4, 8):
             return None
         fill_px = np.array(nodata_fill(nodata, src.dtype, np), dtype=src.dtype)  # the fill in the source's type
         segments = _segments(cmap.centres)
