@@ -175,3 +175,50 @@ def test_a_task_leaves_its_threads_choice_as_it_found_it(
     run_partition(plan.partitions[0], replace(task_context(cfg, plan), compiled=False))
     src = build_source("nearest", 32, "uint16")
     assert compiled.resample(src, 0.0, build_map("reproj", 32, np), "nearest") is not None
+
+
+def test_sources_and_maps_the_kernels_do_not_take_are_left_to_numpy() -> None:
+    """Swapped bytes and Python objects, and a map whose corners hold NaN: None (the NumPy kernels run)."""
+    src = build_source("average", 32, "uint16")
+    cmap = build_map("reproj", 32, np)
+    for method in ("nearest", "average"):
+        assert compiled.resample(src.astype(">u2"), 0.0, cmap, method) is None
+    assert compiled.resample(src.astype(object), 0.0, cmap, "nearest") is None
+    corners = rotated_lines(33, 0.0)
+    x0 = corners.x0.copy()
+    x0[3] = np.nan
+    broken = CoordMap((32, 32), centres=rotated_lines(32, 0.5), corners=replace(corners, x0=x0))
+    assert compiled.resample(src, 0.0, broken, "average") is None
+    assert compiled.resample(src, 0.0, cmap, "average") is not None
+
+
+@pytest.mark.parametrize("problem", ["another version", "cannot be loaded"])
+def test_a_library_that_cannot_be_used_leaves_the_numpy_kernels_and_says_why(
+    problem: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A library built from another version of ``_fused.c`` (a failed rebuild keeps the old one), or one
+    that does not load: the choice says which file and how to rebuild it, and nothing fails."""
+    import importlib.util
+
+    if problem == "another version":
+        monkeypatch.setattr(compiled, "ABI", compiled.ABI + 1)
+    else:
+        real = importlib.util.find_spec
+        not_a_library = importlib.util.spec_from_file_location("pipeline.resample._fused", compiled.__file__)
+        monkeypatch.setattr(
+            importlib.util,
+            "find_spec",
+            lambda name, *a: not_a_library if name == "pipeline.resample._fused" else real(name, *a),
+        )
+    compiled.kernels.cache_clear()
+    try:
+        on, why = compiled.choose()
+        assert not on and problem in why and "pip install -e ." in why
+        assert (
+            compiled.resample(build_source("nearest", 32, "uint16"), 0.0, build_map("reproj", 32, np), "nearest")
+            is None
+        )
+    finally:
+        monkeypatch.undo()
+        compiled.kernels.cache_clear()
+    assert compiled.choose()[0]

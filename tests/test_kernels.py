@@ -67,9 +67,13 @@ def gdal(a: np.ndarray, s: SourceWindow, dt: tuple[float, ...], shape: tuple[int
     return out
 
 
+@pytest.mark.parametrize("compiled", ["1", "0"])
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("method", KERNEL_METHODS)
-def test_kernels_agree_with_gdal(case: str, method: str) -> None:
+def test_kernels_agree_with_gdal(case: str, method: str, compiled: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernels against GDAL's warper, with the compiled kernels where they apply and without (the NumPy
+    kernels alone, ``PIPELINE_COMPILED=0``)."""
+    monkeypatch.setenv("PIPELINE_COMPILED", compiled)
     a, s = source(*CASES[case])
     dt, shape = dst_grid(case)
     ref = gdal(a, s, dt, shape, method)
@@ -270,9 +274,11 @@ def test_aligned_upsampling_past_the_source_edge_matches_gdal(method: str) -> No
 @pytest.mark.parametrize("method", KERNEL_METHODS)
 def test_large_sources_give_the_same_pixels_without_a_framed_copy(method: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Sources over WHOLE_FRAME_BYTES are not copied into a zero frame whole: the weighted methods frame
-    bands of rows a few blocks deep, nearest masks the pixels off the source. Same pixels either way."""
+    bands of rows a few blocks deep, nearest masks the pixels off the source. Same pixels either way (the
+    NumPy kernels: the compiled ones would take these maps)."""
     from pipeline.resample import common
 
+    monkeypatch.setenv("PIPELINE_COMPILED", "0")
     a, s = source(*CASES["cross-zone"])
     dt, shape = dst_grid("cross-zone", (600, 600))
     framed_whole = warp_window(a, s, shape, dt, "EPSG:32632", 0.0, method, engine="kernels")

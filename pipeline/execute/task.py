@@ -127,7 +127,7 @@ def warm_libraries() -> None:
         ds.write(pixel)
         ds.read(1)
     numcodecs.Zstd(level=1).encode(pixel)
-    compiled.kernels()  # the compiled kernels' library loaded (~1 ms), where it was built
+    compiled.kernels()  # the compiled kernels' library loaded (under 1 ms), where it was built
     _libraries_warm[0] = True
 
 

@@ -23,6 +23,11 @@
 #define MIN_WEIGHT32 1e-6f
 #define HALF32 0.5f
 #define INDEX_BOUND 1073741824.0
+#define MAX_REACH 65536.0 /* taps along an axis past which average_reach leaves a map to the NumPy kernel */
+#define KERNELS_ABI 2      /* what kernels_abi() returns; compiled.py checks it (bump with any change here) */
+
+/* This file's version, so that a library built from an older one is not used (compiled.py). */
+int kernels_abi(void) { return KERNELS_ABI; }
 
 typedef struct {
     const int64_t *row_ptr, *col, *count;
@@ -176,8 +181,13 @@ int average_reach(const int64_t *row_ptr, const int64_t *col, const int64_t *cou
         row_positions_f4(&g, r + 1, xb, yb);
         for (int64_t c = 0; c < w; c++) {
             const box_t b = ordered_corners(xa, ya, xb, yb, c);
-            const int64_t ny = (int64_t)ceil((double)(b.yh - floor_via_int64(b.yl + EPS32)) - 1e-10);
-            const int64_t nx = (int64_t)ceil((double)(b.xh - floor_via_int64(b.xl + EPS32)) - 1e-10);
+            const double ny_d = ceil((double)(b.yh - floor_via_int64(b.yl + EPS32)) - 1e-10);
+            const double nx_d = ceil((double)(b.xh - floor_via_int64(b.xl + EPS32)) - 1e-10);
+            if (!(ny_d < MAX_REACH && nx_d < MAX_REACH)) { /* NaN, inf or absurd corners: the NumPy kernel judges */
+                free(buf);
+                return -4;
+            }
+            const int64_t ny = (int64_t)ny_d, nx = (int64_t)nx_d;
             ky = ny > ky ? ny : ky;
             kx = nx > kx ? nx : kx;
         }

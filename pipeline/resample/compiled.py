@@ -2,7 +2,7 @@
 and called through ctypes, which releases the GIL for each call). The NumPy kernels stay the reference (tests
 compare the two: the same bits) and the CuPy path.
 
-Loading them costs ~1 ms, once per process, so every run uses them where they are built;
+Loading them costs under 1 ms, once per process, so every run uses them where they are built;
 ``PIPELINE_COMPILED=0`` in the environment turns them off (:func:`choose`; the report's
 ``execution.compiled_kernels`` says which ran and why). numba compiled the same loops to the same
 speed, but loading it took ~0.4 s a process (docs/performance.md, "Compiled kernels").
@@ -59,25 +59,42 @@ _SIGNATURES: dict[str, list[Any]] = {  # the argument types of each function in 
 }
 
 
+ABI = 2
+"""``kernels_abi()`` of the library this module calls (``KERNELS_ABI`` in ``_fused.c``): another value is a
+library built from another version of the file (a failed rebuild leaves the old one in place)."""
+_unusable: list[str] = []
+
+
 @functools.lru_cache(maxsize=1)
 def kernels() -> Any | None:
     """The compiled kernels' library (its functions typed), or None where it was not built (an install
-    without a C compiler)."""
+    without a C compiler) or cannot be used (another version, a broken file: why is in :func:`choose`)."""
+    _unusable.clear()
     spec = importlib.util.find_spec("pipeline.resample._fused")
     if spec is None or spec.origin is None:
         return None
-    lib = ctypes.CDLL(spec.origin)
-    for name, argtypes in _SIGNATURES.items():
-        fn = getattr(lib, name)
-        fn.argtypes, fn.restype = argtypes, ctypes.c_int
+    try:
+        lib = ctypes.CDLL(spec.origin)
+        abi = getattr(lib, "kernels_abi", None)
+        if abi is None or abi() != ABI:
+            _unusable.append(f"{spec.origin} was built from another version of _fused.c")
+            return None
+        for name, argtypes in _SIGNATURES.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = argtypes, ctypes.c_int
+    except (OSError, AttributeError) as e:  # a library for another platform, or missing a function
+        _unusable.append(f"{spec.origin} cannot be loaded ({e})")
+        return None
     return lib
 
 
 def choose() -> tuple[bool, str]:
     """Whether a run's tasks use the compiled kernels, and why: wherever they were built, unless :data:`ENV`
-    is ``0``. They are faster than the NumPy kernels on every window they take, and load in ~1 ms."""
+    is ``0``. They are faster than the NumPy kernels on the windows they take, and load in under 1 ms."""
     if os.environ.get(ENV) == "0":
         return False, f"{ENV}=0"
+    if kernels() is None and _unusable:
+        return False, f"{_unusable[0]}: the NumPy kernels ran; `pip install -e .` rebuilds it"
     if kernels() is None:
         return False, (
             "not built (the package was installed without a C compiler): the NumPy kernels ran; "
@@ -135,14 +152,18 @@ def _nodata_test(dtype: np.dtype, nodata: float) -> tuple[bool, float, bool]:
     return True, float(np.asarray(nodata).astype(np.result_type(dtype, nodata))), dtype.kind == "f"
 
 
-def _average_taps(lib: Any, cmap: CoordMap, src_shape: tuple[int, int]) -> tuple[Any, ...]:
+def _average_taps(lib: Any, cmap: CoordMap, src_shape: tuple[int, int]) -> tuple[Any, ...] | None:
     """Every pixel's footprint taps on ``cmap`` for a source of ``src_shape`` (kept with a map that keeps taps):
     first row and column (h, w, 2), weights along y (h, w, ky) and x (h, w, kx), and the footprint's area
-    inside the source (the weight sum of a source without nodata, as ``common._overlap`` gives it)."""
+    inside the source (the weight sum of a source without nodata, as ``common._overlap`` gives it); None
+    where the map's corners are NaN, infinite or absurdly far apart (the NumPy kernel judges those)."""
     h, w = cmap.shape_yx
     segments = _segments(cmap.corners)
     reach = np.empty(2, np.int64)
-    _check(lib.average_reach(*_addresses(segments), h, w, reach.ctypes.data), "average_reach")
+    rc = lib.average_reach(*_addresses(segments), h, w, reach.ctypes.data)
+    if rc == -4:  # corners NaN, infinite or absurdly far apart: left to the NumPy kernel
+        return None
+    _check(rc, "average_reach")
     ky, kx = int(reach[0]), int(reach[1])
     first = np.empty((h, w, 2), np.int32)
     wy, wx = np.empty((h, w, ky), np.float32), np.empty((h, w, kx), np.float32)
@@ -169,7 +190,9 @@ def resample(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any | None
     lib = kernels() if _on() else None
     if lib is None or method not in METHODS or cmap.separable or not isinstance(src, np.ndarray) or src.ndim != 2:
         return None
-    src = np.ascontiguousarray(src)
+    if not src.dtype.isnative or src.dtype.hasobject:  # (swapped bytes, Python objects: the NumPy kernels)
+        return None
+    src = np.require(src, requirements=["C", "A"])  # C-contiguous and aligned
     h, w = cmap.shape_yx
     out = np.empty((h, w), dtype=src.dtype)
     if method == "nearest":
@@ -186,7 +209,10 @@ def resample(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any | None
     kind = src.dtype.str[1:]
     if kind not in SUMMED_F4 or cmap.corners is None:
         return None
-    first, wy, wx, overlap = _kept(cmap, ("fused-average", src.shape), _average_taps, lib, cmap, src.shape)
+    taps = _kept(cmap, ("fused-average", src.shape), _average_taps, lib, cmap, src.shape)
+    if taps is None:
+        return None
+    first, wy, wx, overlap = taps
     lo, hi = _range(src.dtype)
     test_value, value, test_nan = _nodata_test(src.dtype, nodata)
     fill = float(nodata_fill(nodata, src.dtype, np))
