@@ -18,12 +18,7 @@ import zarr
 from pipeline.store.layout import JOURNAL_DIR, store_is_complete
 from tests.helpers import write_config
 
-# ~125 partitions over ~1.6 s of tasks on 2 cores (10 m: 4x the preset's pixels), so that the interrupt lands
-# while tasks are left even where the test's own polling waits for a busy core
-SETS = [
-    *("--set", "execution.partition_mb=0.02", "--set", "output.chunks={y: 64, x: 64}", "--set", "grid.resolution=10"),
-    *("--workers", "2"),
-]
+SETS = ["--set", "execution.partition_mb=0.05", "--set", "output.chunks={y: 64, x: 64}", "--workers", "2"]
 
 
 def _children(pgid: int) -> list[int]:
