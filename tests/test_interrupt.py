@@ -21,6 +21,10 @@ from tests.helpers import write_config
 SETS = ["--set", "execution.partition_mb=0.05", "--set", "output.chunks={y: 64, x: 64}", "--workers", "2"]
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _children(pgid: int) -> list[int]:
     """The processes of group ``pgid`` (the run's: its driver, workers, fork server)."""
     out = subprocess.run(["ps", "-o", "pid=", "-g", str(pgid)], capture_output=True, text=True).stdout
@@ -35,6 +39,9 @@ def test_ctrl_c_exits_130_with_one_line_and_the_resume_command(tmp_path: Path, s
     proc = subprocess.Popen(
         [sys.executable, "-m", "pipeline", *args],
         start_new_session=True,  # its own process group, as a terminal's foreground job
+        # ... which has Ctrl-C's default action, whatever this test inherited: a shell starts a background
+        # job (`make test &`, a CI runner's) with SIGINT ignored, and Python then leaves it ignored
+        preexec_fn=_sigint_default,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
