@@ -192,12 +192,15 @@ def resample(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any | None
         return None
     if not src.dtype.isnative or src.dtype.hasobject:  # (swapped bytes, Python objects: the NumPy kernels)
         return None
+    kind = src.dtype.str[1:]
+    if method == "nearest" and (cmap.centres is None or src.itemsize not in (1, 2, 4, 8)):
+        return None
+    if method == "average" and (kind not in SUMMED_F4 or cmap.corners is None):
+        return None
     src = np.require(src, requirements=["C", "A"])  # C-contiguous and aligned
     h, w = cmap.shape_yx
     out = np.empty((h, w), dtype=src.dtype)
     if method == "nearest":
-        if cmap.centres is None or src.itemsize not in (1, 2, 4, 8):
-            return None
         fill_px = np.array(nodata_fill(nodata, src.dtype, np), dtype=src.dtype)  # the fill in the source's type
         segments = _segments(cmap.centres)
         rc = lib.nearest_lines(
@@ -206,9 +209,6 @@ def resample(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any | None
         _check(rc, "nearest_lines")
         _count()
         return out
-    kind = src.dtype.str[1:]
-    if kind not in SUMMED_F4 or cmap.corners is None:
-        return None
     taps = _kept(cmap, ("fused-average", src.shape), _average_taps, lib, cmap, src.shape)
     if taps is None:
         return None
