@@ -126,7 +126,8 @@ def run(
     # * the imports and the config model below make ~50k objects and little garbage: the cyclic collector
     #   went over them ~80 times, 50-70 ms of the start; it is off until the run begins, and what they
     #   made is then kept out of later collections (gc.freeze);
-    # * rasterio is imported without boto3 (:func:`pipeline.execute.workers.import_rasterio`, ~0.2 s);
+    # * rasterio is imported without boto3 (:func:`pipeline.execute.workers.import_rasterio`, ~0.2 s), when
+    #   this process first needs it: a run on worker processes never loads GDAL here;
     # * glibc's allocator is tuned for the kernels' temporaries (:func:`pipeline.execute.workers.tune_malloc`),
     #   as the run's own cluster workers are: a threads run computes in this process.
     own = _standalone()
@@ -161,7 +162,7 @@ def run(
         start_fork_server()
     if own:  # after the servers start, so their imports overlap these
         tune_malloc()
-        import_rasterio()
+        import_rasterio(lazily=True)
     cfg = validate(raw, source=config)
     import pipeline.execute.runner  # noqa: F401 - imported here, with the collector off
     from pipeline.api import run as run_pipeline

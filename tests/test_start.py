@@ -99,6 +99,71 @@ def test_the_command_imports_no_boto3_for_a_local_run_and_the_api_leaves_modules
     assert r.returncode == 0 and r.stdout.split() == ["True"], r.stderr[-2000:]
 
 
+LAZY = """
+import sys
+from pipeline.execute.workers import import_rasterio
+import_rasterio(lazily=True)
+before = "rasterio" in sys.modules
+import rasterio.session
+session = rasterio.session.AWSSession(aws_access_key_id="testing", aws_secret_access_key="testing")
+print(before, "boto3.session" in sys.modules and "botocore" in sys.modules, type(rasterio.__loader__).__name__,
+      type(rasterio.__spec__.loader).__name__, type(session._session).__module__, len(rasterio.__path__))
+"""
+
+
+def test_a_lazy_import_rasterio_imports_it_without_boto3_when_first_asked_and_leaves_no_trace() -> None:
+    r = subprocess.run(
+        [sys.executable, "-c", LAZY], capture_output=True, text=True, timeout=120, env=_without_aws_keys()
+    )
+    assert r.returncode == 0, r.stderr
+    # not at the call; boto3 only once the session needs it; the package keeps its own loader
+    assert r.stdout.split() == ["False", "True", "SourceFileLoader", "SourceFileLoader", "boto3.session", "1"]
+
+
+DRIVER = """
+import os, sys
+leave = os._exit
+def report_and_leave(code):  # the command leaves through os._exit
+    print("rasterio" in sys.modules, "boto3" in sys.modules, flush=True)
+    leave(code)
+os._exit = report_and_leave
+from pipeline.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_the_command_running_tasks_on_worker_processes_loads_no_gdal_itself(tmp_path: Path, small_dir: Path) -> None:
+    """The driver of a run on worker processes plans with pyproj and never needs GDAL: rasterio, imported
+    lazily by the command, stays out of its process (the fork server and the workers import it). Run in a
+    child whose streams are its own, so the command sets its process up as `pipeline run` does."""
+    from tests.helpers import write_config
+
+    index = str(tmp_path / "tiles.parquet")
+    cfg = write_config(
+        tmp_path,
+        str(small_dir / "**" / "*.tif"),
+        inputs={"index": index},
+        execution={"scheduler": "processes", "workers": 2},
+    )
+    subprocess.run([sys.executable, "-m", "pipeline", "index", str(cfg), "-q"], check=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", DRIVER, "run", str(cfg), "-q"], capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["False", "False"]  # neither rasterio nor boto3
+    assert (tmp_path / "out.zarr" / "zarr.json").exists()
+    # the same command on threads runs its tasks here: rasterio comes in, boto3 does not
+    r = subprocess.run(
+        [sys.executable, "-c", DRIVER, "run", str(cfg), "-q", "--overwrite", "--set", "execution.scheduler=threads"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_without_aws_keys(),
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["True", "False"]
+
+
 def test_the_command_inside_another_program_leaves_its_collector_alone(tmp_path: Path, small_dir: Path) -> None:
     import gc
 

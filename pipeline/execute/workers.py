@@ -17,6 +17,8 @@ such threads, and it never touches CUDA, so GPU workers can be forked from it to
 from __future__ import annotations
 
 import contextlib
+import importlib.abc
+import importlib.machinery
 import multiprocessing
 import os
 import sys
@@ -127,26 +129,71 @@ class _Boto3OnDemand(types.ModuleType):
         return getattr(importlib.import_module("boto3"), name)
 
 
-def import_rasterio() -> None:
+def import_rasterio(lazily: bool = False) -> None:
     """Import rasterio without boto3 (with botocore and s3transfer, ~0.2 s of a short run's start), which
     it imports up front for the AWS sessions of ``s3://`` reads: where neither is imported yet, boto3 is
     held by a stand-in while rasterio imports and then imported on rasterio's first use of it, in the
     import system's usual thread-safe way. Another thread importing boto3 during those ~0.1 s gets the
     stand-in, which works for attributes but not for ``import boto3.x``: so only the ``pipeline run``
     command calls this, first thing, in its own process (:func:`pipeline.run` from Python leaves a
-    caller's modules alone)."""
+    caller's modules alone), and the fork server.
+
+    ``lazily``: not now, but whenever this process first imports rasterio, whichever code asks for it (a
+    finder placed first on ``sys.meta_path`` until then). A driver whose tasks run in worker processes
+    never does (planning needs pyproj, not GDAL), and so does not load GDAL at all (~0.17 s)."""
     if "rasterio" in sys.modules or "boto3" in sys.modules:
         return
+    if lazily:
+        if not any(isinstance(f, _RasterioWithoutBoto3) for f in sys.meta_path):
+            sys.meta_path.insert(0, _RasterioWithoutBoto3())
+        return
+    with _boto3_held():
+        import rasterio  # noqa: F401
+
+
+@contextlib.contextmanager
+def _boto3_held() -> Iterator[None]:
+    """boto3's stand-in in ``sys.modules`` for the block, where boto3 is installed and not imported yet."""
     import importlib.util
 
-    stand_in = _Boto3OnDemand("boto3") if importlib.util.find_spec("boto3") is not None else None
-    if stand_in is not None:
-        sys.modules["boto3"] = stand_in
+    stand_in = None
+    if "boto3" not in sys.modules and importlib.util.find_spec("boto3") is not None:
+        stand_in = sys.modules["boto3"] = _Boto3OnDemand("boto3")
     try:
-        import rasterio  # noqa: F401
+        yield
     finally:
         if stand_in is not None and sys.modules.get("boto3") is stand_in:
             del sys.modules["boto3"]
+
+
+class _RasterioWithoutBoto3(importlib.abc.MetaPathFinder):
+    """Finds rasterio, the first time it is imported, with a loader that holds boto3's stand-in while the
+    package runs (:func:`import_rasterio`); then leaves ``sys.meta_path``."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "rasterio":
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _LoaderWithoutBoto3(spec.loader)
+        return spec
+
+
+class _LoaderWithoutBoto3(importlib.abc.Loader):
+    """A package's loader, run with boto3's stand-in held."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        module.__loader__ = module.__spec__.loader = self.loader  # (the package sees its own loader)
+        with _boto3_held():
+            self.loader.exec_module(module)
 
 
 @contextlib.contextmanager
