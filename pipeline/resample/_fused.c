@@ -7,8 +7,11 @@
  * as x0 + dx * (t0 + j) in the NumPy kernels' precision (float64 for nearest, float32 for the footprints),
  * GDAL's floors and nudges, the same float32 sums per tap row, the same rounding. That needs IEEE
  * arithmetic as written: built with -ffp-contract=off (no fused multiply-adds; pyproject.toml) and never
- * with -ffast-math. The average's taps are made once per map and source shape (average_taps) and kept
- * with the map, as the NumPy kernel keeps its own.
+ * with -ffast-math (-fno-trapping-math only lets gcc compute both sides of a select, which changes no
+ * value). The average's taps are made once per map and source shape (average_taps) and kept with the map,
+ * as the NumPy kernel keeps its own: in planes, each made by branch-free loops over a row that gcc
+ * vectorizes, so that the sums can read four neighbouring pixels' weights at once (SSE2, x86-64's
+ * baseline: four pixels a step wherever their footprints lie inside a source without nodata).
  *
  * Arrays are C-contiguous (the Python side makes them so). A Python extension module by name only (its
  * init makes an empty module), so that setuptools builds it and importlib finds it. */
@@ -18,13 +21,16 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define EPS32 1e-10f
 #define MIN_WEIGHT32 1e-6f
 #define HALF32 0.5f
 #define INDEX_BOUND 1073741824.0
 #define MAX_REACH 65536.0 /* taps along an axis past which average_reach leaves a map to the NumPy kernel */
-#define KERNELS_ABI 2      /* what kernels_abi() returns; compiled.py checks it (bump with any change here) */
+#define KERNELS_ABI 3      /* what kernels_abi() returns; compiled.py checks it (bump with any change here) */
 
 /* This file's version, so that a library built from an older one is not used (compiled.py). */
 int kernels_abi(void) { return KERNELS_ABI; }
@@ -123,106 +129,168 @@ int nearest_lines(const char *src, int64_t h_s, int64_t w_s, int64_t itemsize, c
 }
 
 /* floorf(x), with NaN and magnitudes past 2^63 taken to -2^63: such positions (a transform that failed)
- * land far off the source, whose taps then weigh nothing, as the NumPy kernels' int32 indices send them. */
+ * land far off the source, whose taps then weigh nothing, as the NumPy kernels' int32 indices send them.
+ * Without libm's call (x86-64's baseline has no SSE4.1 round) and without a branch, so that loops over a
+ * row vectorize: below 2^23 through int32 (truncation, exact there), from 2^23 on a float is an integer. */
 static inline float floor_via_int64(float x) {
-    if (fabsf(x) < 2147483648.0f) { /* floorf without libm's call (x86-64's baseline has no SSE4.1 round) */
-        const float t = (float)(int32_t)x; /* truncated: exact in this range */
-        return t > x ? t - 1.0f : t;
-    }
-    const float f = floorf(x);
-    return fabsf(f) < 9.223372036854775808e18f ? f : -9.223372036854775808e18f;
+    const int small = fabsf(x) < 8388608.0f;
+    const float t = (float)(int32_t)(small ? x : 0.0f);
+    const float f = small ? t - (t > x ? 1.0f : 0.0f) : x;
+    return fabsf(f) < 9.223372036854775808e18f ? f : -9.223372036854775808e18f; /* (NaN fails the test) */
 }
 
-/* One footprint's taps along one axis (common._footprint_taps in float32): k_max weights (0 past the
- * footprint) into w_out; returns the first source index, bounded. */
-static inline int32_t footprint_axis_f4(float lo, float hi, int64_t k_max, float *w_out) {
-    const float f = floor_via_int64(lo + EPS32);
-    const float u = hi - f;
-    const float a = lo - f;
-    w_out[0] = (u < 1.0f ? u : 1.0f) - a;
-    for (int64_t k = 1; k < k_max; k++) {
-        const float wk = u - (float)k;
-        w_out[k] = wk < 0.0f ? 0.0f : (wk > 1.0f ? 1.0f : wk);
+/* One axis of a row's footprints, ordered: the top-left corner of pixel c (row a) and its bottom-right
+ * (row b), swapped where reversed, as the NumPy kernel orders them. */
+static void row_order(const float *restrict pa, const float *restrict pb, int64_t w, float *restrict lo,
+                      float *restrict hi) {
+    for (int64_t c = 0; c < w; c++) {
+        const float p = pa[c], q = pb[c + 1];
+        const int swap = q < p;
+        lo[c] = swap ? q : p;
+        hi[c] = swap ? p : q;
     }
-    double b = (double)f;
-    b = b < -INDEX_BOUND ? -INDEX_BOUND : (b > INDEX_BOUND ? INDEX_BOUND : b);
-    return (int32_t)b;
 }
 
-static inline float clip_f4(float v, int64_t n) { return v < 0.0f ? 0.0f : (v > (float)n ? (float)n : v); }
+/* Each footprint's extent from its first pixel along one axis: hi - floor(lo + EPS32). */
+static void row_extent(const float *restrict lo, const float *restrict hi, int64_t w, float *restrict out) {
+    for (int64_t c = 0; c < w; c++) out[c] = hi[c] - floor_via_int64(lo[c] + EPS32);
+}
+
+/* The greatest of e[0..n) into *most (NaN left out), and whether any is NaN into *nan. */
+static void greatest(const float *e, int64_t n, float *most, int *nan) {
+    int64_t c = 0;
+    float m = *most;
+    int bad = 0;
+#if defined(__SSE2__)
+    __m128 mv = _mm_set1_ps(m), badv = _mm_setzero_ps();
+    for (; c + 4 <= n; c += 4) {
+        const __m128 v = _mm_loadu_ps(e + c);
+        badv = _mm_or_ps(badv, _mm_cmpunord_ps(v, v));
+        mv = _mm_max_ps(v, mv); /* (a NaN in v gives the second operand) */
+    }
+    float lanes[4];
+    _mm_storeu_ps(lanes, mv);
+    for (int k = 0; k < 4; k++) m = lanes[k] > m ? lanes[k] : m;
+    bad = _mm_movemask_ps(badv) != 0;
+#endif
+    for (; c < n; c++) {
+        bad |= e[c] != e[c];
+        m = e[c] > m ? e[c] : m;
+    }
+    *most = m;
+    *nan |= bad;
+}
 
 typedef struct {
-    float xl, xh, yl, yh;
-} box_t;
+    float *buf, *xa, *ya, *xb, *yb, *yl, *yh, *xl, *xh, *t, *u;
+} rows_t;
 
-static inline box_t ordered_corners(const float *xa, const float *ya, const float *xb, const float *yb, int64_t c) {
-    box_t b = {xa[c], xb[c + 1], ya[c], yb[c + 1]};
-    if (b.xh < b.xl) { const float t = b.xl; b.xl = b.xh; b.xh = t; }
-    if (b.yh < b.yl) { const float t = b.yl; b.yl = b.yh; b.yh = t; }
-    return b;
+/* Row buffers: two rows of corner positions (w + 1 each), a row's boxes and two scratch rows. */
+static int alloc_rows(int64_t w, rows_t *r) {
+    const int64_t n = w + 1;
+    float *buf = (float *)malloc(sizeof(float) * 10 * (size_t)n);
+    if (buf == NULL) return -1;
+    *r = (rows_t){buf, buf, buf + n, buf + 2 * n, buf + 3 * n, buf + 4 * n, buf + 5 * n, buf + 6 * n,
+                  buf + 7 * n, buf + 8 * n, buf + 9 * n};
+    return 0;
 }
 
-static int alloc_rows(int64_t w, float **buf) {
-    *buf = (float *)malloc(sizeof(float) * 4 * (size_t)(w + 1));
-    return *buf == NULL ? -1 : 0;
+/* Row r's footprints (its corners' positions in row r + 1 made, row r's kept from the last call). */
+static void next_row(const segments_t *g, int64_t r, int64_t w, rows_t *b) {
+    row_positions_f4(g, r + 1, b->xb, b->yb);
+    row_order(b->ya, b->yb, w, b->yl, b->yh);
+    row_order(b->xa, b->xb, w, b->xl, b->xh);
 }
 
-/* The most taps any footprint of the map needs along y and along x, into reach[0], reach[1]. */
+static void swap_rows(rows_t *b) {
+    float *t = b->xa; b->xa = b->xb; b->xb = t;
+    t = b->ya; b->ya = b->yb; b->yb = t;
+}
+
+/* The most taps any footprint of the map needs along y and along x, into reach[0], reach[1]: the ceiling
+ * of each footprint's extent less 1e-10, found as the ceiling of the greatest extent (the ceiling is
+ * monotonic). -4 where an extent is NaN or the reach absurd (NaN, infinite or absurdly far corners: the
+ * NumPy kernel judges those). */
 int average_reach(const int64_t *row_ptr, const int64_t *col, const int64_t *count, const double *t0,
                   const double *x0, const double *dx, const double *y0, const double *dy, int64_t h, int64_t w,
                   int64_t *reach) {
     const segments_t g = {row_ptr, col, count, t0, x0, dx, y0, dy};
-    float *buf;
-    if (alloc_rows(w, &buf)) return -1;
-    float *xa = buf, *ya = buf + (w + 1), *xb = buf + 2 * (w + 1), *yb = buf + 3 * (w + 1);
-    int64_t ky = 1, kx = 1;
-    row_positions_f4(&g, 0, xa, ya);
+    rows_t b;
+    if (alloc_rows(w, &b)) return -1;
+    float most[2] = {-INFINITY, -INFINITY};
+    int nan = 0;
+    row_positions_f4(&g, 0, b.xa, b.ya);
     for (int64_t r = 0; r < h; r++) {
-        row_positions_f4(&g, r + 1, xb, yb);
-        for (int64_t c = 0; c < w; c++) {
-            const box_t b = ordered_corners(xa, ya, xb, yb, c);
-            const double ny_d = ceil((double)(b.yh - floor_via_int64(b.yl + EPS32)) - 1e-10);
-            const double nx_d = ceil((double)(b.xh - floor_via_int64(b.xl + EPS32)) - 1e-10);
-            if (!(ny_d < MAX_REACH && nx_d < MAX_REACH)) { /* NaN, inf or absurd corners: the NumPy kernel judges */
-                free(buf);
-                return -4;
-            }
-            const int64_t ny = (int64_t)ny_d, nx = (int64_t)nx_d;
-            ky = ny > ky ? ny : ky;
-            kx = nx > kx ? nx : kx;
-        }
-        float *t = xa; xa = xb; xb = t;
-        t = ya; ya = yb; yb = t;
+        next_row(&g, r, w, &b);
+        row_extent(b.yl, b.yh, w, b.t);
+        greatest(b.t, w, &most[0], &nan);
+        row_extent(b.xl, b.xh, w, b.t);
+        greatest(b.t, w, &most[1], &nan);
+        swap_rows(&b);
     }
-    free(buf);
-    reach[0] = ky;
-    reach[1] = kx;
+    free(b.buf);
+    for (int axis = 0; axis < 2; axis++) {
+        const double n = ceil((double)most[axis] - 1e-10);
+        if (nan || !(n < MAX_REACH)) return -4;
+        reach[axis] = n > 1.0 ? (int64_t)n : 1;
+    }
     return 0;
 }
 
-/* Every pixel's footprint taps: first (h, w, 2), wy (h, w, ky), wx (h, w, kx), overlap (h, w). */
+/* One axis of a row's footprints (common._footprint_taps in float32): the first source index (bounded)
+ * into first[c] and k_max weights (0 past the footprint) into wts[k * stride + c]. */
+static void row_taps(const float *restrict lo, const float *restrict hi, int64_t w, int64_t k_max, int64_t stride,
+                     int32_t *restrict first, float *restrict wts, float *restrict f_row, float *restrict u_row) {
+    for (int64_t c = 0; c < w; c++) {
+        const float f = floor_via_int64(lo[c] + EPS32);
+        const float u = hi[c] - f;
+        const float a = lo[c] - f;
+        f_row[c] = f;
+        u_row[c] = u;
+        wts[c] = (u < 1.0f ? u : 1.0f) - a;
+    }
+    for (int64_t k = 1; k < k_max; k++) {
+        float *restrict wk = wts + k * stride;
+        for (int64_t c = 0; c < w; c++) {
+            const float v = u_row[c] - (float)k;
+            wk[c] = v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
+        }
+    }
+    for (int64_t c = 0; c < w; c++) { /* (float compares: the same bound as in double, 2^30 being exact) */
+        const float f = f_row[c];
+        first[c] = (int32_t)(f < -1073741824.0f ? -1073741824.0f : (f > 1073741824.0f ? 1073741824.0f : f));
+    }
+}
+
+/* Every pixel's footprint taps, in planes of h * w values, `stride` values apart (one buffer, planes
+ * padded so that they do not share cache sets): the first row (int32), the first column (int32), ky
+ * weights along y, kx along x, and the footprint's area inside the source. */
 int average_taps(const int64_t *row_ptr, const int64_t *col, const int64_t *count, const double *t0,
                  const double *x0, const double *dx, const double *y0, const double *dy, int64_t h, int64_t w,
-                 int64_t src_h, int64_t src_w, int32_t *first, float *wy, int64_t ky, float *wx, int64_t kx,
-                 float *overlap) {
+                 int64_t src_h, int64_t src_w, float *taps, int64_t stride, int64_t ky, int64_t kx) {
     const segments_t g = {row_ptr, col, count, t0, x0, dx, y0, dy};
-    float *buf;
-    if (alloc_rows(w, &buf)) return -1;
-    float *xa = buf, *ya = buf + (w + 1), *xb = buf + 2 * (w + 1), *yb = buf + 3 * (w + 1);
-    row_positions_f4(&g, 0, xa, ya);
+    rows_t b;
+    if (alloc_rows(w, &b)) return -1;
+    int32_t *first_y = (int32_t *)taps, *first_x = (int32_t *)(taps + stride);
+    float *wy = taps + 2 * stride, *wx = taps + (2 + ky) * stride, *overlap = taps + (2 + ky + kx) * stride;
+    const float fh = (float)src_h, fw = (float)src_w;
+    row_positions_f4(&g, 0, b.xa, b.ya);
     for (int64_t r = 0; r < h; r++) {
-        row_positions_f4(&g, r + 1, xb, yb);
+        next_row(&g, r, w, &b);
+        const int64_t p = r * w;
+        row_taps(b.yl, b.yh, w, ky, stride, first_y + p, wy + p, b.t, b.u);
+        row_taps(b.xl, b.xh, w, kx, stride, first_x + p, wx + p, b.t, b.u);
+        float *restrict ov = overlap + p;
         for (int64_t c = 0; c < w; c++) {
-            const int64_t p = r * w + c;
-            const box_t b = ordered_corners(xa, ya, xb, yb, c);
-            first[2 * p] = footprint_axis_f4(b.yl, b.yh, ky, wy + p * ky);
-            first[2 * p + 1] = footprint_axis_f4(b.xl, b.xh, kx, wx + p * kx);
-            overlap[p] = (clip_f4(b.yh, src_h) - clip_f4(b.yl, src_h)) * (clip_f4(b.xh, src_w) - clip_f4(b.xl, src_w));
+            const float y0c = b.yl[c] < 0.0f ? 0.0f : (b.yl[c] > fh ? fh : b.yl[c]);
+            const float y1c = b.yh[c] < 0.0f ? 0.0f : (b.yh[c] > fh ? fh : b.yh[c]);
+            const float x0c = b.xl[c] < 0.0f ? 0.0f : (b.xl[c] > fw ? fw : b.xl[c]);
+            const float x1c = b.xh[c] < 0.0f ? 0.0f : (b.xh[c] > fw ? fw : b.xh[c]);
+            ov[c] = (y1c - y0c) * (x1c - x0c);
         }
-        float *t = xa; xa = xb; xb = t;
-        t = ya; ya = yb; yb = t;
+        swap_rows(&b);
     }
-    free(buf);
+    free(b.buf);
     return 0;
 }
 
@@ -235,95 +303,161 @@ int average_taps(const int64_t *row_ptr, const int64_t *col, const int64_t *coun
         return !(test_value && x == nodata);                                                                   \
     }
 
-/* Σ w·v / Σ w·valid over per-pixel taps (first, wy, wx) in float32, in the NumPy kernels' order (along x
- * for each tap row, times that row's weight, rows added in turn); taps off the source or without data add
- * nothing. Without nodata the weight sum is overlap. Then GDAL's rounding (half up for integers;
- * unsigned_convex: a cast truncates a non-negative mean, no clip), fill where no weight. One function per
- * source type. (A branch per tap, not a select: masks come in blobs, whose branches the core predicts.) */
-#define WEIGHTED_SUMS(NAME, SUFFIX, T)                                                                           \
-    int NAME(const T *src, int64_t h_s, int64_t w_s, int test_value, double nodata, int test_nan, int all_valid, \
-             const int32_t *first, const float *wy, int64_t ny, const float *wx, int64_t nx,                   \
-             const float *overlap, double fill_d, int unsigned_convex, float lo, float hi, T *out, int64_t h,  \
-             int64_t w) {                                                                                      \
-        const int integer = hi > lo;                                                                           \
-        const T fill = (T)fill_d;                                                                              \
-        for (int64_t p = 0; p < h * w; p++) {                                                                  \
-            const int64_t iy0 = first[2 * p], ix0 = first[2 * p + 1];                                          \
-            const float *wyp = wy + p * ny, *wxp = wx + p * nx;                                                \
-            const int inside = iy0 >= 0 && iy0 + ny <= h_s && ix0 >= 0 && ix0 + nx <= w_s;                     \
-            float acc = 0.0f, wsum = 0.0f;                                                                     \
-            if (inside && all_valid) {                                                                         \
-                for (int64_t ky = 0; ky < ny; ky++) {                                                          \
-                    const T *s = src + (iy0 + ky) * w_s + ix0;                                                 \
-                    float row = 0.0f;                                                                          \
-                    for (int64_t kx = 0; kx < nx; kx++) {                                                      \
-                        const float t = wxp[kx] * (float)s[kx];                                                \
+/* The arguments every pixel of a weighted_sums call shares. */
+typedef struct {
+    int64_t h_s, w_s;
+    int test_value, test_nan, all_valid, integer, unsigned_convex;
+    double nodata;
+    const int32_t *first_y, *first_x;
+    const float *wy, *wx, *overlap;
+    int64_t stride, ny, nx;
+    float lo, hi;
+} sums_t;
+
+static inline int tap_inside(const sums_t *a, int64_t iy0, int64_t ix0) {
+    return iy0 >= 0 && iy0 + a->ny <= a->h_s && ix0 >= 0 && ix0 + a->nx <= a->w_s;
+}
+
+/* A pixel's value from its sums: fill where no weight; else the mean with GDAL's rounding (half up for
+ * integers; unsigned_convex: a cast truncates a non-negative mean, no clip). */
+#define FINISH(SUFFIX, T)                                                                                        \
+    static inline T finish_##SUFFIX(const sums_t *a, float acc, float wsum, T fill) {                           \
+        if (!(wsum > MIN_WEIGHT32)) return fill;                                                               \
+        float value = acc / wsum;                                                                              \
+        if (a->integer) {                                                                                      \
+            value = value + HALF32;                                                                            \
+            if (!a->unsigned_convex) {                                                                         \
+                value = floor_via_int64(value);                                                                \
+                value = value < a->lo ? a->lo : value;                                                         \
+                value = value > a->hi ? a->hi : value;                                                         \
+            }                                                                                                  \
+        }                                                                                                      \
+        return (T)value;                                                                                       \
+    }
+
+/* One pixel: Σ w·v / Σ w·valid over its taps in float32, in the NumPy kernels' order (along x for each tap
+ * row, times that row's weight, rows added in turn); taps off the source or without data add nothing.
+ * Without nodata the weight sum is the overlap. (A branch per tap, not a select: masks come in blobs,
+ * whose branches the core predicts.) */
+#define PIXEL(SUFFIX, T)                                                                                         \
+    static inline T pixel_##SUFFIX(const sums_t *a, const T *src, int64_t p, T fill) {                          \
+        const int64_t iy0 = a->first_y[p], ix0 = a->first_x[p], w_s = a->w_s, st = a->stride;                  \
+        const float *wyp = a->wy + p, *wxp = a->wx + p; /* (tap k at [k * stride]) */                          \
+        float acc = 0.0f, wsum = 0.0f;                                                                         \
+        if (tap_inside(a, iy0, ix0)) {                                                                         \
+            for (int64_t ky = 0; ky < a->ny; ky++) {                                                           \
+                const T *s = src + (iy0 + ky) * w_s + ix0;                                                     \
+                float row = 0.0f, vrow = 0.0f;                                                                 \
+                for (int64_t kx = 0; kx < a->nx; kx++) {                                                       \
+                    const T v = s[kx];                                                                         \
+                    if (a->all_valid || valid_##SUFFIX(v, a->test_value, a->nodata, a->test_nan)) {            \
+                        const float t = wxp[kx * st] * (float)v;                                               \
                         row += t;                                                                              \
+                        vrow += wxp[kx * st];                                                                  \
                     }                                                                                          \
-                    const float t = row * wyp[ky];                                                             \
-                    acc += t;                                                                                  \
                 }                                                                                              \
-                wsum = overlap[p];                                                                             \
-            } else if (inside) {                                                                               \
-                for (int64_t ky = 0; ky < ny; ky++) {                                                          \
-                    const T *s = src + (iy0 + ky) * w_s + ix0;                                                 \
-                    float row = 0.0f, vrow = 0.0f;                                                             \
-                    for (int64_t kx = 0; kx < nx; kx++) {                                                      \
-                        const T v = s[kx];                                                                     \
-                        if (valid_##SUFFIX(v, test_value, nodata, test_nan)) {                                   \
-                            const float t = wxp[kx] * (float)v;                                                \
-                            row += t;                                                                          \
-                            vrow += wxp[kx];                                                                   \
-                        }                                                                                      \
-                    }                                                                                          \
-                    const float t = row * wyp[ky];                                                             \
-                    acc += t;                                                                                  \
-                    const float tv = vrow * wyp[ky];                                                           \
-                    wsum += tv;                                                                                \
-                }                                                                                              \
-            } else {                                                                                           \
-                for (int64_t ky = 0; ky < ny; ky++) {                                                          \
-                    const int64_t iy = iy0 + ky;                                                               \
-                    float row = 0.0f, vrow = 0.0f;                                                             \
-                    if (iy >= 0 && iy < h_s) {                                                                 \
-                        for (int64_t kx = 0; kx < nx; kx++) {                                                  \
-                            const int64_t ix = ix0 + kx;                                                       \
-                            if (ix >= 0 && ix < w_s) {                                                         \
-                                const T v = src[iy * w_s + ix];                                                \
-                                if (all_valid || valid_##SUFFIX(v, test_value, nodata, test_nan)) {              \
-                                    const float t = wxp[kx] * (float)v;                                        \
-                                    row += t;                                                                  \
-                                    vrow += wxp[kx];                                                           \
-                                }                                                                              \
+                const float t = row * wyp[ky * st];                                                            \
+                acc += t;                                                                                      \
+                const float tv = vrow * wyp[ky * st];                                                          \
+                wsum += tv;                                                                                    \
+            }                                                                                                  \
+        } else {                                                                                               \
+            for (int64_t ky = 0; ky < a->ny; ky++) {                                                           \
+                const int64_t iy = iy0 + ky;                                                                   \
+                float row = 0.0f, vrow = 0.0f;                                                                 \
+                if (iy >= 0 && iy < a->h_s) {                                                                  \
+                    for (int64_t kx = 0; kx < a->nx; kx++) {                                                   \
+                        const int64_t ix = ix0 + kx;                                                           \
+                        if (ix >= 0 && ix < w_s) {                                                             \
+                            const T v = src[iy * w_s + ix];                                                    \
+                            if (a->all_valid || valid_##SUFFIX(v, a->test_value, a->nodata, a->test_nan)) {    \
+                                const float t = wxp[kx * st] * (float)v;                                       \
+                                row += t;                                                                      \
+                                vrow += wxp[kx * st];                                                          \
                             }                                                                                  \
                         }                                                                                      \
                     }                                                                                          \
-                    const float t = row * wyp[ky];                                                             \
-                    acc += t;                                                                                  \
-                    const float tv = vrow * wyp[ky];                                                           \
-                    wsum += tv;                                                                                \
                 }                                                                                              \
-                if (all_valid) wsum = overlap[p];                                                              \
+                const float t = row * wyp[ky * st];                                                            \
+                acc += t;                                                                                      \
+                const float tv = vrow * wyp[ky * st];                                                          \
+                wsum += tv;                                                                                    \
             }                                                                                                  \
-            if (!(wsum > MIN_WEIGHT32)) {                                                                      \
-                out[p] = fill;                                                                                 \
-                continue;                                                                                      \
+        }                                                                                                      \
+        if (a->all_valid) wsum = a->overlap[p];                                                                \
+        return finish_##SUFFIX(a, acc, wsum, fill);                                                            \
+    }
+
+#if defined(__SSE2__)
+/* Four pixels at once where all four footprints lie inside a source without nodata: the same products and
+ * sums as pixel_*, one per lane (SSE's float32 arithmetic is the scalar's), the source values gathered
+ * from the four footprints' rows. Integers of 8 or 16 bits convert to float32 exactly through int32. */
+#define GATHER_INT(SUFFIX, T)                                                                                    \
+    static inline __m128 gather_##SUFFIX(const T *s, const int64_t *at) {                                       \
+        return _mm_cvtepi32_ps(_mm_set_epi32((int32_t)s[at[3]], (int32_t)s[at[2]], (int32_t)s[at[1]],         \
+                                             (int32_t)s[at[0]]));                                              \
+    }
+static inline __m128 gather_f4(const float *s, const int64_t *at) { return _mm_set_ps(s[at[3]], s[at[2]], s[at[1]], s[at[0]]); }
+GATHER_INT(u1, uint8_t)
+GATHER_INT(i1, int8_t)
+GATHER_INT(u2, uint16_t)
+GATHER_INT(i2, int16_t)
+
+#define QUAD(SUFFIX, T)                                                                                          \
+    static inline int quad_##SUFFIX(const sums_t *a, const T *src, int64_t p, T fill, T *out) {                 \
+        int64_t at[4];                                                                                         \
+        for (int l = 0; l < 4; l++) {                                                                          \
+            const int64_t iy0 = a->first_y[p + l], ix0 = a->first_x[p + l];                                    \
+            if (!tap_inside(a, iy0, ix0)) return 0;                                                            \
+            at[l] = iy0 * a->w_s + ix0;                                                                        \
+        }                                                                                                      \
+        const int64_t st = a->stride;                                                                          \
+        __m128 acc = _mm_setzero_ps();                                                                         \
+        for (int64_t ky = 0; ky < a->ny; ky++) {                                                               \
+            const T *s = src + ky * a->w_s;                                                                    \
+            __m128 row = _mm_setzero_ps();                                                                     \
+            for (int64_t kx = 0; kx < a->nx; kx++) {                                                           \
+                const __m128 t = _mm_mul_ps(_mm_loadu_ps(a->wx + kx * st + p), gather_##SUFFIX(s + kx, at));   \
+                row = _mm_add_ps(row, t);                                                                      \
             }                                                                                                  \
-            float value = acc / wsum;                                                                          \
-            if (integer) {                                                                                     \
-                value = value + HALF32;                                                                        \
-                if (!unsigned_convex) {                                                                        \
-                    value = floor_via_int64(value);                                                                     \
-                    value = value < lo ? lo : value;                                                           \
-                    value = value > hi ? hi : value;                                                           \
-                }                                                                                              \
-            }                                                                                                  \
-            out[p] = (T)value;                                                                                 \
+            acc = _mm_add_ps(acc, _mm_mul_ps(row, _mm_loadu_ps(a->wy + ky * st + p)));                         \
+        }                                                                                                      \
+        float sums[4];                                                                                         \
+        _mm_storeu_ps(sums, acc);                                                                              \
+        for (int l = 0; l < 4; l++) out[p + l] = finish_##SUFFIX(a, sums[l], a->overlap[p + l], fill);         \
+        return 1;                                                                                              \
+    }
+#define QUADS(SUFFIX)                                                                                            \
+    if (a.all_valid && p + 4 <= n && quad_##SUFFIX(&a, src, p, fill, out)) {                                   \
+        p += 4;                                                                                                \
+        continue;                                                                                              \
+    }
+#else
+#define QUAD(SUFFIX, T)
+#define QUADS(SUFFIX)
+#endif
+
+/* The average of each pixel's taps (planar, `stride` values apart: average_taps) over the source: fill
+ * where no weight. One function per source type. */
+#define WEIGHTED_SUMS(NAME, SUFFIX, T)                                                                           \
+    int NAME(const T *src, int64_t h_s, int64_t w_s, int test_value, double nodata, int test_nan, int all_valid, \
+             const float *taps, int64_t stride, int64_t ny, int64_t nx, double fill_d, int unsigned_convex,     \
+             float lo, float hi, T *out, int64_t h, int64_t w) {                                               \
+        const float *wy = taps + 2 * stride, *wx = taps + (2 + ny) * stride;                                   \
+        const sums_t a = {h_s, w_s, test_value, test_nan, all_valid, hi > lo, unsigned_convex, nodata,         \
+                          (const int32_t *)taps, (const int32_t *)(taps + stride), wy, wx, wx + nx * stride,  \
+                          stride, ny, nx, lo, hi};                                                             \
+        const T fill = (T)fill_d;                                                                              \
+        const int64_t n = h * w;                                                                               \
+        for (int64_t p = 0; p < n;) {                                                                          \
+            QUADS(SUFFIX)                                                                                      \
+            out[p] = pixel_##SUFFIX(&a, src, p, fill);                                                         \
+            p++;                                                                                               \
         }                                                                                                      \
         return 0;                                                                                              \
     }
 
-#define KERNELS(SUFFIX, T) VALID(SUFFIX, T) WEIGHTED_SUMS(weighted_sums_##SUFFIX, SUFFIX, T)
+#define KERNELS(SUFFIX, T) VALID(SUFFIX, T) FINISH(SUFFIX, T) PIXEL(SUFFIX, T) QUAD(SUFFIX, T) WEIGHTED_SUMS(weighted_sums_##SUFFIX, SUFFIX, T)
 
 KERNELS(u1, uint8_t)
 KERNELS(i1, int8_t)

@@ -50,16 +50,16 @@ def _on() -> bool:
 
 _P, _I, _D, _F, _B = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_float, ctypes.c_int
 _SEGMENTS = [_P] * 8  # row_ptr, col, count, t0, x0, dx, y0, dy
-_WEIGHTED = [_P, _I, _I, _B, _D, _B, _B, _P, _P, _I, _P, _I, _P, _D, _B, _F, _F, _P, _I, _I]
+_WEIGHTED = [_P, _I, _I, _B, _D, _B, _B, _P, _I, _I, _I, _D, _B, _F, _F, _P, _I, _I]
 _SIGNATURES: dict[str, list[Any]] = {  # the argument types of each function in _fused.c
     "nearest_lines": [_P, _I, _I, _I, _P, *_SEGMENTS, _P, _I, _I],
     "average_reach": [*_SEGMENTS, _I, _I, _P],
-    "average_taps": [*_SEGMENTS, _I, _I, _I, _I, _P, _P, _I, _P, _I, _P],
+    "average_taps": [*_SEGMENTS, _I, _I, _I, _I, _P, _I, _I, _I],
     **{f"weighted_sums_{t}": _WEIGHTED for t in SUMMED_F4},
 }
 
 
-ABI = 2
+ABI = 3
 """``kernels_abi()`` of the library this module calls (``KERNELS_ABI`` in ``_fused.c``): another value is a
 library built from another version of the file (a failed rebuild leaves the old one in place)."""
 _unusable: list[str] = []
@@ -152,11 +152,23 @@ def _nodata_test(dtype: np.dtype, nodata: float) -> tuple[bool, float, bool]:
     return True, float(np.asarray(nodata).astype(np.result_type(dtype, nodata))), dtype.kind == "f"
 
 
-def _average_taps(lib: Any, cmap: CoordMap, src_shape: tuple[int, int]) -> tuple[Any, ...] | None:
+def _plane_stride(n: int) -> int:
+    """Values from one plane of taps to the next for planes of ``n`` values: ``n`` rounded up to a cache
+    line (16 float32), then on by lines until the planes no longer start within 256 bytes of one another
+    modulo 4 KiB, where they would share the L1 cache's sets and a pixel's ~8 reads would evict each other
+    (planes of 512 x 476 pixels are exactly 238 pages)."""
+    stride = -(-n // 16) * 16
+    while min((stride * 4) % 4096, 4096 - (stride * 4) % 4096) < 256:
+        stride += 16
+    return stride
+
+
+def _average_taps(lib: Any, cmap: CoordMap, src_shape: tuple[int, int]) -> tuple[Any, int, int, int] | None:
     """Every pixel's footprint taps on ``cmap`` for a source of ``src_shape`` (kept with a map that keeps taps):
-    first row and column (h, w, 2), weights along y (h, w, ky) and x (h, w, kx), and the footprint's area
-    inside the source (the weight sum of a source without nodata, as ``common._overlap`` gives it); None
-    where the map's corners are NaN, infinite or absurdly far apart (the NumPy kernel judges those)."""
+    one float32 buffer of planes (:func:`_plane_stride` apart) holding the first row and column (int32),
+    the weights along y (ky planes) and x (kx planes), and the footprint's area inside the source (the
+    weight sum of a source without nodata, as ``common._overlap`` gives it); with the stride, ky and kx.
+    None where the map's corners are NaN, infinite or absurdly far apart (the NumPy kernel judges those)."""
     h, w = cmap.shape_yx
     segments = _segments(cmap.corners)
     reach = np.empty(2, np.int64)
@@ -165,23 +177,11 @@ def _average_taps(lib: Any, cmap: CoordMap, src_shape: tuple[int, int]) -> tuple
         return None
     _check(rc, "average_reach")
     ky, kx = int(reach[0]), int(reach[1])
-    first = np.empty((h, w, 2), np.int32)
-    wy, wx = np.empty((h, w, ky), np.float32), np.empty((h, w, kx), np.float32)
-    overlap = np.empty((h, w), np.float32)
-    rc = lib.average_taps(
-        *_addresses(segments),
-        h,
-        w,
-        *src_shape,
-        first.ctypes.data,
-        wy.ctypes.data,
-        ky,
-        wx.ctypes.data,
-        kx,
-        overlap.ctypes.data,
-    )
+    stride = _plane_stride(h * w)
+    taps = np.empty((3 + ky + kx) * stride, np.float32)
+    rc = lib.average_taps(*_addresses(segments), h, w, *src_shape, taps.ctypes.data, stride, ky, kx)
     _check(rc, "average_taps")
-    return first, wy, wx, overlap
+    return taps, stride, ky, kx
 
 
 def resample(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any | None:
@@ -212,14 +212,13 @@ def resample(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any | None
     taps = _kept(cmap, ("fused-average", src.shape), _average_taps, lib, cmap, src.shape)
     if taps is None:
         return None
-    first, wy, wx, overlap = taps
+    buffer, stride, ky, kx = taps
     lo, hi = _range(src.dtype)
     test_value, value, test_nan = _nodata_test(src.dtype, nodata)
     fill = float(nodata_fill(nodata, src.dtype, np))
     rc = getattr(lib, f"weighted_sums_{kind}")(
         src.ctypes.data, *src.shape, test_value, value, test_nan, all_valid(src, nodata, np),
-        first.ctypes.data, wy.ctypes.data, wy.shape[2], wx.ctypes.data, wx.shape[2], overlap.ctypes.data,
-        fill, src.dtype.kind == "u", lo, hi, out.ctypes.data, h, w,
+        buffer.ctypes.data, stride, ky, kx, fill, src.dtype.kind == "u", lo, hi, out.ctypes.data, h, w,
     )  # fmt: skip
     _check(rc, "weighted_sums")
     _count()
