@@ -206,6 +206,8 @@ def resample(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any | None
         rc = lib.nearest_lines(
             src.ctypes.data, *src.shape, src.itemsize, fill_px.ctypes.data, *_addresses(segments), out.ctypes.data, h, w
         )
+        if rc == -3:  # a source of 2^31 pixels a side or more: the NumPy kernel
+            return None
         _check(rc, "nearest_lines")
         _count()
         return out
