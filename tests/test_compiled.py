@@ -82,24 +82,6 @@ def test_compiled_kernels_give_the_numpy_kernels_bits(method: str, dtype: str, n
             np.testing.assert_array_equal(got, reference, err_msg=f"{method} {dtype} {nodata} {name}")
 
 
-def scaled_lines(n: int, offset: float, scale: float, degrees: float) -> LineMap:
-    """One straight segment per row: a rotation by ``degrees``, ``scale`` source pixels per destination pixel."""
-    th = np.radians(degrees)
-    r = np.arange(n) + offset
-    c, s = scale * np.cos(th), scale * np.sin(th)
-    return LineMap(
-        shape=(n, n),
-        row_ptr=np.arange(n + 1),
-        col=np.zeros(n, "i8"),
-        count=np.full(n, n, "i8"),
-        t0=np.zeros(n),
-        x0=9.0 + c * offset - s * r,
-        dx=np.full(n, c),
-        y0=7.0 + c * r + s * offset,
-        dy=np.full(n, s),
-    )
-
-
 @pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16", "float32"])
 @pytest.mark.parametrize(("scale", "degrees"), [(1.0, 3.5), (2.0, 1.5), (0.3, 10.0), (3.7, 0.0)])
 def test_average_on_sources_without_nodata_gives_the_numpy_kernels_bits(
@@ -116,7 +98,7 @@ def test_average_on_sources_without_nodata_gives_the_numpy_kernels_bits(
     else:
         info = np.iinfo(dtype)
         src = rng.integers(info.min, int(info.max) + 1, (side, side)).astype(dtype)
-    cmap = CoordMap((n, n), corners=scaled_lines(n + 1, 0.0, scale, degrees))
+    cmap = CoordMap((n, n), corners=rotated_lines(n + 1, 0.0, scale, degrees, (9.0, 7.0)))
     reference = resample_average(src, math.nan, cmap)
     kept = cmap.keeping_taps()
     for _ in range(2):

@@ -24,20 +24,23 @@ CASES = ("same", "reproj", "up3")
 DTYPES = ("uint16", "float32")
 
 
-def rotated_lines(n: int, offset: float) -> LineMap:
-    """One straight segment per row: a 1.5 degree rotation, 2 source pixels per destination pixel."""
-    th = np.radians(1.5)
+def rotated_lines(
+    n: int, offset: float, scale: float = 2.0, degrees: float = 1.5, origin: tuple[float, float] = (20.0, 20.0)
+) -> LineMap:
+    """One straight segment per row: a rotation by ``degrees`` (1.5), ``scale`` (2) source pixels per
+    destination pixel, the first centre or corner at ``origin`` (x, y) in the source."""
+    th = np.radians(degrees)
     r = np.arange(n) + offset
-    c, s = 2 * np.cos(th), 2 * np.sin(th)
+    c, s = scale * np.cos(th), scale * np.sin(th)
     return LineMap(
         shape=(n, n),
         row_ptr=np.arange(n + 1),
         col=np.zeros(n, "i8"),
         count=np.full(n, n, "i8"),
         t0=np.zeros(n),
-        x0=20.0 + c * offset - s * r,
+        x0=origin[0] + c * offset - s * r,
         dx=np.full(n, c),
-        y0=20.0 + c * r + s * offset,
+        y0=origin[1] + c * r + s * offset,
         dy=np.full(n, s),
     )
 
