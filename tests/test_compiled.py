@@ -107,6 +107,28 @@ def test_average_on_sources_without_nodata_gives_the_numpy_kernels_bits(
         np.testing.assert_array_equal(got, reference, err_msg=f"{dtype} x{scale} {degrees} deg")
 
 
+@pytest.mark.parametrize("rows", [1, 5, 67])
+def test_average_in_row_blocks_gives_the_whole_maps_bits(monkeypatch: pytest.MonkeyPatch, rows: int) -> None:
+    """Large maps are averaged a block of rows at a time (their taps made and summed while in cache): the
+    same bits as NumPy whatever the block, the last one shorter, with nodata and without, on and off the
+    source's edge."""
+    n = 67
+    monkeypatch.setattr(compiled, "TAPS_BLOCK_PX", n * rows)
+    rng = np.random.default_rng(3)
+    src = rng.integers(1, 4000, (2 * n + 20, 2 * n + 20)).astype("uint16")
+    holed = src.copy()
+    holed[30:60, 10:70] = 0
+    for corners in (rotated_lines(n + 1, 0.0), rotated_lines(n + 1, 0.0, 1.0, 4.0, (-6.0, 3.0))):
+        cmap = CoordMap((n, n), corners=corners)
+        for a in (src, holed):
+            reference = resample_average(a, 0.0, cmap)
+            kept = cmap.keeping_taps()
+            for _ in range(2):  # the second time with the blocks' taps it kept
+                got = compiled.resample(a, 0.0, kept, "average")
+                assert got is not None
+                np.testing.assert_array_equal(got, reference, err_msg=f"{rows} rows a block")
+
+
 def test_compiled_kernels_stay_off_where_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
     assert compiled.available()
     monkeypatch.setenv("PIPELINE_COMPILED", "0")
