@@ -96,9 +96,10 @@ _libraries_warm = [False]
 
 def warm_libraries() -> None:
     """Each library's first-use set-up that depends on no run: GDAL's drivers (a GeoTIFF written and read
-    in memory), the ZSTD codec, numpy.ma (which rasterio imports on a first read), the compiled kernels'
-    library. Once per process; the fork server does it before it forks, so its workers start with it done
-    (it opens no dataset and starts no thread, so no lock is held when it forks)."""
+    in memory), the ZSTD codec, numpy.ma (which rasterio imports on a first read), pyproj and PROJ's
+    database (a first transformer), the compiled kernels' library. Once per process; the fork server does
+    it before it forks, so its workers start with it done (it opens no dataset and starts no thread, so no
+    lock is held when it forks)."""
     if _libraries_warm[0]:
         return
     import numcodecs
@@ -127,6 +128,12 @@ def warm_libraries() -> None:
         ds.write(pixel)
         ds.read(1)
     numcodecs.Zstd(level=1).encode(pixel)
+    from pyproj import Transformer
+
+    # pyproj imported and PROJ's database opened: ~30 ms of each worker's warm-up for the run's CRSs, done
+    # once in the fork server, which waits for the driver's plan anyway (PROJ makes a forked child reopen
+    # its database handle, or reads it with pread, which a child may share)
+    Transformer.from_crs("EPSG:4326", "EPSG:3857", always_xy=True).transform(0.0, 0.0)
     compiled.kernels()  # the compiled kernels' library loaded (under 1 ms), where it was built
     _libraries_warm[0] = True
 
