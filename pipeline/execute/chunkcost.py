@@ -32,14 +32,18 @@ CHUNK_SIDES = (32, 256)
 
 
 def machine_key() -> str:
-    """What a calibration holds for: this host, its CPU model and count, Python and this package's version."""
+    """What a calibration holds for: this host, its CPU model and count, Python, this package's version and
+    the kernels that run (the compiled library's version, or NumPy's): faster kernels make it stale."""
     model = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
             model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
     except OSError:
         pass
-    return f"{platform.node()}|{model}|{os.cpu_count()}|{platform.python_version()}|{__version__}"
+    from pipeline.resample import compiled
+
+    kernels = f"compiled-{compiled.ABI}" if compiled.choose()[0] else "numpy"
+    return f"{platform.node()}|{model}|{os.cpu_count()}|{platform.python_version()}|{__version__}|{kernels}"
 
 
 def measure_chunk_cost() -> dict[str, Any]:

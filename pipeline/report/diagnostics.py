@@ -83,6 +83,13 @@ chunks' time: past it, chunks 4x larger would cut the time by over a fifth. The 
 this machine's, measured once (:mod:`pipeline.execute.chunkcost`; docs/performance.md)."""
 
 
+CHUNK_ADVICE_SHARE = 0.1
+"""The fixed share of chunk time that ``chunk_size``'s advice aims at: a third of the share it warns at, so
+that chunks it advises stay clear of the warning when the run's per-MB costs are half the calibration's
+(this machine's speed moved 2x within an hour; a run at the advised chunks measured 17-26% against
+the earlier fifth's aim)."""
+
+
 GUIDE_CHUNK_BYTES = 1 << 20
 """Zarr's and Dask's guidance: chunks of ~1 MB or more; smaller ones may be fine where measured so."""
 
@@ -314,10 +321,11 @@ def chunk_size_advice(
     shape_yx: tuple[int, int] | None = None,
 ) -> str:
     """``output.chunks`` to set: where a run measured ``fit`` = (fixed s per chunk, s per MB, MB per chunk),
-    chunks whose fixed cost is under a fifth of their time; else chunks of Zarr's and Dask's ~1 MB."""
+    chunks whose fixed cost is under :data:`CHUNK_ADVICE_SHARE` of their time; else chunks of Zarr's and
+    Dask's ~1 MB."""
     scale = GUIDE_CHUNK_BYTES / max(chunk_bytes, 1)
     if fit is not None and fit[1] > 0 and fit[2] > 0:
-        scale = 4 * fit[0] / fit[1] / fit[2]
+        scale = (1 / CHUNK_ADVICE_SHARE - 1) * fit[0] / fit[1] / fit[2]
     side = _chunk_side(chunks_yx, scale, shape_yx)
     return f"set output.chunks={{y: {side}, x: {side}}} (Zarr and Dask advise ~1 MB+ per chunk)"
 

@@ -30,7 +30,7 @@
 #define HALF32 0.5f
 #define INDEX_BOUND 1073741824.0
 #define MAX_REACH 65536.0 /* taps along an axis past which average_reach leaves a map to the NumPy kernel */
-#define KERNELS_ABI 3      /* what kernels_abi() returns; compiled.py checks it (bump with any change here) */
+#define KERNELS_ABI 4      /* what kernels_abi() returns; compiled.py checks it (bump with any change here) */
 
 /* This file's version, so that a library built from an older one is not used (compiled.py). */
 int kernels_abi(void) { return KERNELS_ABI; }
