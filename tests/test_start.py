@@ -164,6 +164,35 @@ def test_the_command_running_tasks_on_worker_processes_loads_no_gdal_itself(tmp_
     assert r.stdout.split() == ["True", "False"]
 
 
+HEADERS = """
+import sys, threading
+from pipeline.execute import workers
+run_module = workers._LoaderWithoutBoto3.exec_module
+def watched(self, module):
+    print("main thread" if threading.current_thread() is threading.main_thread() else "other thread", flush=True)
+    return run_module(self, module)
+workers._LoaderWithoutBoto3.exec_module = watched
+from pipeline.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_the_command_reading_headers_on_threads_imports_rasterio_first_on_its_own_thread(
+    tmp_path: Path, small_dir: Path
+) -> None:
+    """Without an index the command reads the files' headers on a thread pool; rasterio, imported lazily with
+    boto3's stand-in held, comes in on the command's own thread before the pool starts, so that no other
+    thread can meet the stand-in."""
+    from tests.helpers import write_config
+
+    cfg = write_config(tmp_path, str(small_dir / "**" / "*.tif"), execution={"scheduler": "processes", "workers": 2})
+    r = subprocess.run(
+        [sys.executable, "-c", HEADERS, "run", str(cfg), "-q"], capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split("\n")[0] == "main thread"
+
+
 def test_the_command_inside_another_program_leaves_its_collector_alone(tmp_path: Path, small_dir: Path) -> None:
     import gc
 

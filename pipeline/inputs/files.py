@@ -175,6 +175,8 @@ def files_catalog(config: Config, max_threads: int = 8, progress: NoProgress | N
 
         cloud_env(config.storage)  # the AWS session and GDAL's network counters: once, before the threads
     if to_read:
+        import rasterio  # noqa: F401 - on this thread, before the pool's (`pipeline run` imports it lazily, without boto3)
+
         progress.phase("headers", len(to_read), "headers read")
         with ThreadPoolExecutor(min(max_threads, len(to_read))) as pool:
             for path, header, error in pool.map(read_one, to_read):

@@ -280,6 +280,8 @@ def _read_headers(
         from pipeline.inputs.read import cloud_env
 
         cloud_env(config.storage)  # the AWS session and GDAL's network counters: once, before the threads
+    import rasterio  # noqa: F401 - on this thread, before the pool's (`pipeline run` imports it lazily, without boto3)
+
     progress.phase("headers", len(hrefs), "headers read")
     out = []
     with ThreadPoolExecutor(min(max_threads, len(hrefs))) as pool:
