@@ -15,6 +15,7 @@ import pytest
 from pipeline.resample import compiled
 from pipeline.resample.coords import CoordMap, LineMap
 from pipeline.resample.footprint import resample_average
+from pipeline.resample.kernels import resample
 from pipeline.resample.parity import build_map, build_source, rotated_lines
 from pipeline.resample.point import resample_nearest
 
@@ -127,6 +128,28 @@ def test_average_in_row_blocks_gives_the_whole_maps_bits(monkeypatch: pytest.Mon
                 got = compiled.resample(a, 0.0, kept, "average")
                 assert got is not None
                 np.testing.assert_array_equal(got, reference, err_msg=f"{rows} rows a block")
+
+
+@pytest.mark.parametrize(("scale", "degrees"), [(1.0, 3.5), (2.0, 1.5), (0.3, 10.0)])
+@pytest.mark.parametrize("nodata", [math.nan, 0.0, math.inf])
+def test_average_of_infinite_values_gives_the_numpy_kernels_bits(
+    monkeypatch: pytest.MonkeyPatch, scale: float, degrees: float, nodata: float
+) -> None:
+    """A float source holding infinities, through the kernels' entry: the compiled average and NumPy's give
+    the same bits, NaN wherever a footprint weighs an infinity (a tap of weight 0 on one, which both kernels
+    sum, changes nothing)."""
+    n = 67
+    side = int(n * scale) + 12
+    src = (np.random.default_rng(7).standard_normal((side, side)) * 1000).astype("float32")
+    src[20:23, 10:40] = np.inf
+    src[30, 5:50] = -np.inf
+    src[40:44, 40:44] = nodata
+    cmap = CoordMap((n, n), corners=rotated_lines(n + 1, 0.0, scale, degrees, (9.0, 7.0)))
+    got = resample(src, nodata, cmap.keeping_taps(), "average")
+    monkeypatch.setenv("PIPELINE_COMPILED", "0")
+    reference = resample(src, nodata, cmap, "average")
+    assert np.isnan(reference).sum() > 0 and not np.isinf(reference[reference != nodata]).any()
+    np.testing.assert_array_equal(got, reference)
 
 
 def test_compiled_kernels_stay_off_where_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:

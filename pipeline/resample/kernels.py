@@ -21,7 +21,9 @@ nothing else. Three shapes of work, each picked by the map:
 
 Nodata follows GDAL: bilinear and cubic renormalise their weights over valid
 neighbours; average, mode, min, max and median ignore nodata; a pixel with no
-valid source is nodata.
+valid source is nodata. An average whose footprint weighs an infinite value is
+NaN, as GDAL's warper gives it (its compensated sums turn infinity into NaN); a
+source pixel a footprint touches with no weight changes nothing, infinite or not.
 """
 
 from __future__ import annotations
@@ -67,6 +69,37 @@ def resample(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any:
     """Resample ``src`` onto the destination described by ``cmap`` with ``method``."""
     if method not in RESAMPLERS:
         raise ValueError(f"no array kernel for {method!r}; kernels: {', '.join(KERNEL_METHODS)}")
+    if method == "average" and src.dtype.kind == "f":
+        infinite = _infinite(src, nodata)
+        if infinite is not None:
+            return _average_with_infinities(src, nodata, cmap, infinite)
+    return _resample(src, nodata, cmap, method)
+
+
+def _infinite(src: Any, nodata: float) -> Any | None:
+    """Where a float source holds an infinite value that is data (not its nodata value), or None where it
+    holds none (one pass over the source)."""
+    xp = get_xp(src)
+    infinite = xp.isinf(src)
+    if not math.isnan(nodata) and math.isinf(nodata):
+        infinite &= src != nodata
+    return infinite if bool(infinite.any()) else None
+
+
+def _average_with_infinities(src: Any, nodata: float, cmap: CoordMap, infinite: Any) -> Any:
+    """The average of a source holding infinite values: NaN wherever a footprint gives one of them weight
+    (GDAL's result), elsewhere the average of the source as it is. The infinite pixels are replaced by 0
+    for the sums, so that a tap of weight 0 on one adds 0 whichever kernel sums it (0 x inf is NaN); which
+    pixels weigh one comes from the average of their indicator (above 0 exactly there: weights are never
+    negative)."""
+    xp = get_xp(src)
+    out = _resample(xp.where(infinite, src.dtype.type(0), src), nodata, cmap, "average")
+    weighs = _resample(infinite.astype(src.dtype), math.nan, cmap, "average") > 0
+    out[weighs] = np.nan
+    return out
+
+
+def _resample(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any:
     if method not in CENTRE_METHODS and cmap.separable:
         part = inside_part(cmap, src.shape)
         if part is not None:  # the pixels off the source are nodata; the rest may take a fast path
