@@ -15,8 +15,6 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from pipeline.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -40,6 +38,8 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | tuple[str, 
 
 def read_config(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """The config file's mapping with paths resolved and overrides applied, not yet validated."""
+    import yaml  # (here, not at the top: worker processes import this package for is_url, never YAML)
+
     path = Path(path)
     try:
         text = path.read_text()
@@ -73,6 +73,8 @@ def apply_override(raw: dict[str, Any], item: str) -> dict[str, Any]:
     key = key.strip()
     if not sep or not key:
         raise ConfigError(item, "an override must look like KEY=VALUE, e.g. execution.workers=4")
+    import yaml
+
     try:
         value = yaml.safe_load(text) if text.strip() else None
     except yaml.YAMLError as e:

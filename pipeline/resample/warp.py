@@ -18,7 +18,6 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from affine import Affine
 
 from pipeline.planning.grid import transform_points
 from pipeline.planning.plan import SourceWindow
@@ -89,6 +88,8 @@ def compute_coord_map(
         lines = _origin_free_lines(dst_crs, src.crs, t[0], t[4], grid, h, w, centres)
         lines = lines.shifted(-t[2] / t[0], -t[5] / t[4])
     else:
+        from affine import Affine  # (a rotated or sheared source; the workers have it from rasterio)
+
         inv = ~Affine(*t[:6])
         lines = _approx(dst_crs, src.crs, grid, h, w, centres, (inv.a, inv.b, inv.c, inv.d, inv.e, inv.f))
     if centres:
@@ -298,6 +299,7 @@ def _warp_gdal(
     method: str,
 ) -> np.ndarray:
     """GDAL's warper on the in-memory window."""
+    from affine import Affine
     from rasterio.enums import Resampling
     from rasterio.warp import reproject
 
