@@ -102,7 +102,6 @@ def warm_libraries() -> None:
     lock is held when it forks)."""
     if _libraries_warm[0]:
         return
-    import numcodecs
     import numpy.ma  # noqa: F401
     import rasterio
     import rasterio.warp  # noqa: F401
@@ -127,7 +126,9 @@ def warm_libraries() -> None:
     ):
         ds.write(pixel)
         ds.read(1)
-    numcodecs.Zstd(level=1).encode(pixel)
+    from pipeline.store.write import zstd_encoder
+
+    zstd_encoder(1, False)(pixel)
     from pyproj import Transformer
 
     # pyproj imported and PROJ's database opened: ~30 ms of each worker's warm-up for the run's CRSs, done

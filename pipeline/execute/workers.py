@@ -29,7 +29,7 @@ from typing import Any
 WORKER_PRELOAD = (
     "pipeline.execute.server_preload",
     "numpy",
-    "numcodecs",
+    "zstandard",
     "rasterio",
     "rasterio.warp",
     "distributed",
