@@ -3,10 +3,11 @@
 Decode: each (file, overview level) the plan reads, read whole once with rasterio (the union of a
 tile's windows is about the whole tile at that level). Encode: every chunk of the pipeline's own
 output cube (``out/peers/pipeline.zarr`` from ``bench/peers.py``, else a fresh run), compressed with
-the store's codec (ZSTD 3; the faster of numcodecs' and python-zstandard's encoders). One process, one core, each step timed; the floor on N cores is the sum
-divided by N. Prints it against the pipeline's median wall time from ``bench/results/peers.json``
-when that exists, and the task-seconds of that run's report (``out/peers/pipeline.report.json``) against
-decode + encode on one core. Writes ``bench/results/floor.json``.
+the store's codec (ZSTD 3; the faster of numcodecs' and python-zstandard's encoders). One process, one
+core, each step timed; the floor on N cores is the sum divided by N. Prints it against the pipeline's
+median wall time from ``bench/results/peers.json`` when that exists, and the task-seconds of that run's
+report (``out/peers/pipeline.report.json``) against decode + encode on one core. Writes
+``bench/results/floor.json``.
 """
 
 from __future__ import annotations
