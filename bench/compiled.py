@@ -1,6 +1,6 @@
 """The compiled kernels (C, ``pipeline/resample/_fused.c``) against the NumPy kernels, two ways.
 
-1. Kernel calls on one core: nearest and average on a rotated line map (``resample/parity.py``'s
+1. Kernel calls on one core: nearest, bilinear and average on a rotated line map (``resample/parity.py``'s
    ``reproj``: the shape of a cross-zone reprojection, 2 source pixels per destination pixel), uint16,
    256² and 1024² outputs; each with a map made afresh per call and with a map that keeps its taps
    (what the pipeline's map cache gives most windows). Medians of 7 after a warm call.
@@ -46,10 +46,10 @@ def kernel_calls() -> list[dict]:
     from pipeline.resample import compiled
     from pipeline.resample.footprint import resample_average
     from pipeline.resample.parity import build_map, build_source
-    from pipeline.resample.point import resample_nearest
+    from pipeline.resample.point import resample_bilinear, resample_nearest
 
     tune_malloc()
-    reference = {"nearest": resample_nearest, "average": resample_average}
+    reference = {"nearest": resample_nearest, "bilinear": resample_bilinear, "average": resample_average}
     rows = []
     for n in (256, 1024):
         for method, numpy_kernel in reference.items():

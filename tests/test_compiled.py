@@ -1,5 +1,5 @@
 """The compiled kernels (C, ``pipeline/resample/_fused.c``) against the NumPy reference: the same bits for
-nearest and average on reprojected maps, rows whole and split into segments, with and without nodata; a run
+nearest, bilinear and average on reprojected maps, rows whole and split into segments, with and without nodata; a run
 says whether they ran and why."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pipeline.resample.coords import CoordMap, LineMap
 from pipeline.resample.footprint import resample_average
 from pipeline.resample.kernels import resample
 from pipeline.resample.parity import build_map, build_source, rotated_lines
-from pipeline.resample.point import resample_nearest
+from pipeline.resample.point import resample_bilinear, resample_nearest
 
 REFERENCE = {"nearest": resample_nearest, "average": resample_average}
 
@@ -108,6 +108,43 @@ def test_average_on_sources_without_nodata_gives_the_numpy_kernels_bits(
         np.testing.assert_array_equal(got, reference, err_msg=f"{dtype} x{scale} {degrees} deg")
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16", "float32"])
+@pytest.mark.parametrize("nodata", [math.nan, 0.0, 7.0])
+@pytest.mark.parametrize(("scale", "degrees"), [(1.0, 3.5), (2.0, 1.5), (3.0, 10.0), (0.3, 10.0)])
+def test_bilinear_gives_the_numpy_kernels_bits(dtype: str, nodata: float, scale: float, degrees: float) -> None:
+    """Bilinear on reprojected maps whose stretch is a whole number (1 when not downsampling, 2 and 3 when
+    downsampling by 2 and 3): the source and its validity prefiltered by the tent, then 2 x 2 taps, as the
+    NumPy kernel does it: the same bits, with nodata and without, rows whole and split, on and off the
+    source's edges, over each type's whole range."""
+    n = 67
+    rng = np.random.default_rng(5)
+    side = int(n * scale) + 12
+    if dtype == "float32":
+        src = (rng.standard_normal((side, side)) * 1000).astype(dtype)
+    else:
+        info = np.iinfo(dtype)
+        src = rng.integers(info.min, int(info.max) + 1, (side, side)).astype(dtype)
+    if not math.isnan(nodata):
+        src[10:20, 5:30] = nodata
+    lines = rotated_lines(n, 0.5, scale, degrees, (9.0, 7.0))
+    for name, centres in {
+        "whole": lines,
+        "split": split_rows(lines, n // 3),
+        "off-edge": lines.shifted(-30, -25),
+    }.items():
+        cmap = CoordMap((n, n), centres=centres, scale_xy=(1 / scale, 1 / scale))
+        reference = resample_bilinear(src, nodata, cmap)
+        got = compiled.resample(src, nodata, cmap, "bilinear")
+        assert got is not None and got.dtype == reference.dtype
+        np.testing.assert_array_equal(got, reference, err_msg=f"{dtype} {nodata} x{scale} {name}")
+
+
+def test_bilinear_at_other_stretches_is_left_to_numpy() -> None:
+    """Downsampling by 2.5: the kernel's taps are not a prefilter's, and the NumPy kernel weighs them."""
+    cmap = CoordMap((20, 20), centres=rotated_lines(20, 0.5, 2.5, 2.0), scale_xy=(0.4, 0.4))
+    assert compiled.resample(np.ones((80, 80), "uint16"), 0.0, cmap, "bilinear") is None
+
+
 @pytest.mark.parametrize("rows", [1, 5, 67])
 def test_average_in_row_blocks_gives_the_whole_maps_bits(monkeypatch: pytest.MonkeyPatch, rows: int) -> None:
     """Large maps are averaged a block of rows at a time (their taps made and summed while in cache): the
@@ -164,7 +201,7 @@ def test_one_crs_maps_and_other_types_are_left_to_numpy() -> None:
     assert compiled.resample(src, 0.0, build_map("same", 32, np), "average") is None
     assert compiled.resample(src.astype("f8"), 0.0, build_map("reproj", 32, np), "average") is None
     assert compiled.resample(src.astype("u4"), 0.0, build_map("reproj", 32, np), "average") is None
-    assert compiled.resample(src, 0.0, build_map("reproj", 32, np), "bilinear") is None
+    assert compiled.resample(src, 0.0, build_map("reproj", 32, np), "cubic") is None
 
 
 def test_a_run_says_whether_compiled_kernels_ran(tmp_path: Path, small_dir: Path) -> None:
@@ -251,7 +288,7 @@ def test_sources_and_maps_the_kernels_do_not_take_are_left_to_numpy() -> None:
     """Swapped bytes and Python objects, and a map whose corners hold NaN: None (the NumPy kernels run)."""
     src = build_source("average", 32, "uint16")
     cmap = build_map("reproj", 32, np)
-    for method in ("nearest", "average"):
+    for method in ("nearest", "bilinear", "average"):
         assert compiled.resample(src.astype(">u2"), 0.0, cmap, method) is None
     assert compiled.resample(src.astype(object), 0.0, cmap, "nearest") is None
     corners = rotated_lines(33, 0.0)

@@ -6,7 +6,7 @@ that feeds them.
   :mod:`~pipeline.resample.footprint`, :mod:`~pipeline.resample.rank` (the families),
   :mod:`~pipeline.resample.common` (shared helpers), :mod:`~pipeline.resample.kernels` (dispatch),
   :mod:`~pipeline.resample.fuse` (tiles of one chunk into one array), :mod:`~pipeline.resample.parity`,
-  :mod:`~pipeline.resample.compiled` (nearest and average on reprojected maps in C, ``_fused.c``, built
+  :mod:`~pipeline.resample.compiled` (nearest, bilinear and average on reprojected maps in C, ``_fused.c``, built
   with the package and called through ctypes; the NumPy kernels are their reference).
   They import nothing geospatial (no rasterio, pyproj, dask, zarr or xarray): callers hand in arrays
   and plain numbers;

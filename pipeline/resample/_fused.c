@@ -1,4 +1,4 @@
-/* The compiled CPU kernels for reprojected maps (line maps): nearest and average, one pass over each
+/* The compiled CPU kernels for reprojected maps (line maps): nearest, bilinear and average, one pass over each
  * destination pixel, every tap read and weighed in a loop, no array temporaries. Called through ctypes
  * (pipeline/resample/compiled.py), which releases the GIL for the whole call.
  *
@@ -11,7 +11,8 @@
  * value). The average's taps are made once per map and source shape (average_taps) and kept with the map,
  * as the NumPy kernel keeps its own: in planes, each made by branch-free loops over a row that gcc
  * vectorizes, so that the sums can read four neighbouring pixels' weights at once (SSE2, x86-64's
- * baseline: four pixels a step wherever their footprints lie inside a source without nodata).
+ * baseline: four pixels a step wherever their footprints lie inside a source without nodata). The bilinear
+ * prefilters the source and its validity by the stretched kernel's tent, then interpolates at each centre.
  *
  * Arrays are C-contiguous (the Python side makes them so). A Python extension module by name only (its
  * init makes an empty module), so that setuptools builds it and importlib finds it. */
@@ -30,7 +31,7 @@
 #define HALF32 0.5f
 #define INDEX_BOUND 1073741824.0
 #define MAX_REACH 65536.0 /* taps along an axis past which average_reach leaves a map to the NumPy kernel */
-#define KERNELS_ABI 4      /* what kernels_abi() returns; compiled.py checks it (bump with any change here) */
+#define KERNELS_ABI 5      /* what kernels_abi() returns; compiled.py checks it (bump with any change here) */
 
 /* This file's version, so that a library built from an older one is not used (compiled.py). */
 int kernels_abi(void) { return KERNELS_ABI; }
@@ -481,6 +482,168 @@ KERNELS(i1, int8_t)
 KERNELS(u2, uint16_t)
 KERNELS(i2, int16_t)
 KERNELS(f4, float)
+
+/* ---------------------------------------------------------------------------------------------- bilinear
+ * Bilinear on a line map of pixel centres where the stretch along each axis is a whole number (1 when not
+ * downsampling; 2 from 10 m to 20 m): as point.py's _bilinear_general, the source (nodata as 0) and its
+ * validity are prefiltered by the discrete tent 1 - |k|/stretch along x and then along y, and each pixel
+ * is then the plain bilinear interpolation of the prefiltered planes at its centre, renormalised by the
+ * interpolated validity (without nodata, by the product of the prefiltered row and column profiles). */
+
+/* The tent along x of each row of `a` (h x w, in place): a value plus each neighbour k away times
+ * wk[k - 1], k = 1, 2, ..., the neighbour to the right then the one to the left, as _tent_prefilter adds
+ * them (neighbours past the edges are zeros: not added). `orig`: w floats of scratch. */
+static void tent_x(float *a, int64_t h, int64_t w, int64_t s, const float *wk, float *orig) {
+    for (int64_t r = 0; r < h; r++) {
+        float *restrict o = a + r * w;
+        memcpy(orig, o, sizeof(float) * (size_t)w);
+        const float *restrict q = orig;
+        for (int64_t k = 1; k < s && k < w; k++) { /* (per value: k = 1, 2, ...; right, then left) */
+            const float c = wk[k - 1];
+            for (int64_t i = 0; i < w - k; i++) o[i] += q[i + k] * c;
+            for (int64_t i = k; i < w; i++) o[i] += q[i - k] * c;
+        }
+    }
+}
+
+/* The tent along y of `a` (h x w, in place), in the same order: the rows above a row were overwritten by
+ * then, so their original values are kept in `ring` (s - 1 rows of w) as it goes down; `cur`: w floats. */
+static void tent_y(float *a, int64_t h, int64_t w, int64_t s, const float *wk, float *ring, float *cur) {
+    for (int64_t r = 0; r < h; r++) {
+        float *o = a + r * w;
+        memcpy(cur, o, sizeof(float) * (size_t)w);
+        for (int64_t k = 1; k < s; k++) {
+            if (r + k < h) {
+                const float *below = a + (r + k) * w;
+                for (int64_t c = 0; c < w; c++) o[c] += below[c] * wk[k - 1];
+            }
+            if (r - k >= 0) {
+                const float *above = ring + ((r - k) % (s - 1)) * w;
+                for (int64_t c = 0; c < w; c++) o[c] += above[c] * wk[k - 1];
+            }
+        }
+        if (s > 1) memcpy(ring + (r % (s - 1)) * w, cur, sizeof(float) * (size_t)w);
+    }
+}
+
+/* Prefilter a plane by the tents along x then y; -1 where out of memory. */
+static int tent_plane(float *a, int64_t h, int64_t w, int64_t sx, int64_t sy, const float *wkx, const float *wky) {
+    if (sx <= 1 && sy <= 1) return 0;
+    const int64_t ring_rows = sy > 1 ? sy - 1 : 0;
+    float *buf = (float *)malloc(sizeof(float) * (size_t)(w * (2 + ring_rows)));
+    if (buf == NULL) return -1;
+    if (sx > 1) tent_x(a, h, w, sx, wkx, buf);
+    if (sy > 1) tent_y(a, h, w, sy, wky, buf + 2 * w, buf);
+    free(buf);
+    return 0;
+}
+
+/* A pixel's two taps along one axis from its centre c (_kernel_taps at scale 1: s = c - 0.5, its floor, the
+ * fraction f, each weight f * c0 + c1 by the fitted polynomials `coef` = {c0, c1} of tap 0 then tap 1). */
+static inline int64_t bilinear_taps(float c, const float *coef, float *w0, float *w1) {
+    const float s = c - HALF32;
+    const float first = floorf(s);
+    const float f = s - first;
+    const float a = f * coef[0];
+    *w0 = a + coef[1];
+    const float b = f * coef[2];
+    *w1 = b + coef[3];
+    return (int64_t)first;
+}
+
+/* Σ over the 2 x 2 taps of plane `p` (zeros off its h x w): along x for each tap row, times that row's
+ * weight, the rows added in turn (_gather_mean's order). */
+static inline float bilinear_sum(const float *p, int64_t h, int64_t w, int64_t iy, int64_t ix, float wy0, float wy1,
+                                 float wx0, float wx1) {
+    float v[4];
+    if (iy >= 0 && iy + 2 <= h && ix >= 0 && ix + 2 <= w) {
+        const float *q = p + iy * w + ix;
+        v[0] = q[0], v[1] = q[1], v[2] = q[w], v[3] = q[w + 1];
+    } else {
+        for (int k = 0; k < 4; k++) {
+            const int64_t y = iy + k / 2, x = ix + k % 2;
+            v[k] = (y >= 0 && y < h && x >= 0 && x < w) ? p[y * w + x] : 0.0f;
+        }
+    }
+    float row0 = wx0 * v[0];
+    const float t01 = wx1 * v[1];
+    row0 += t01;
+    row0 *= wy0;
+    float row1 = wx0 * v[2];
+    const float t11 = wx1 * v[3];
+    row1 += t11;
+    row1 *= wy1;
+    return row0 + row1;
+}
+
+/* Σ_k w_k · profile[first + k] over the two taps (zeros off the profile): _profile_sum's order. */
+static inline float profile_sum(const float *prof, int64_t n, int64_t i, float w0, float w1) {
+    const float a = w0 * ((i >= 0 && i < n) ? prof[i] : 0.0f);
+    const float b = w1 * ((i + 1 >= 0 && i + 1 < n) ? prof[i + 1] : 0.0f);
+    return a + b;
+}
+
+/* Bilinear for one source type: `data` (and `valid` unless all_valid) are h_s x w_s float32 planes of
+ * scratch the source is converted and prefiltered into; `vx`, `vy` the prefiltered profiles of a source
+ * without nodata; `wkx`, `wky` the tents' weights for k = 1 .. stretch - 1; `coef` the taps' polynomials.
+ * -1 where out of memory. */
+#define BILINEAR(SUFFIX, T)                                                                                      \
+    int bilinear_##SUFFIX(const T *src, int64_t h_s, int64_t w_s, int test_value, double nodata, int test_nan,  \
+                          int all_valid, int64_t sx, int64_t sy, const float *wkx, const float *wky,            \
+                          const float *vx, const float *vy, float *data, float *valid, const float *coef,       \
+                          const int64_t *row_ptr, const int64_t *col, const int64_t *count, const double *t0,   \
+                          const double *x0, const double *dx, const double *y0, const double *dy,              \
+                          double fill_d, float lo, float hi, T *out, int64_t h, int64_t w) {                   \
+        const segments_t g = {row_ptr, col, count, t0, x0, dx, y0, dy};                                       \
+        const int64_t n_s = h_s * w_s;                                                                         \
+        for (int64_t i = 0; i < n_s; i++) {                                                                    \
+            const T v = src[i];                                                                                \
+            const int ok = all_valid || valid_##SUFFIX(v, test_value, nodata, test_nan);                      \
+            data[i] = ok ? (float)v : 0.0f;                                                                    \
+            if (!all_valid) valid[i] = ok ? 1.0f : 0.0f;                                                       \
+        }                                                                                                      \
+        if (tent_plane(data, h_s, w_s, sx, sy, wkx, wky) != 0) return -1;                                     \
+        if (!all_valid && tent_plane(valid, h_s, w_s, sx, sy, wkx, wky) != 0) return -1;                      \
+        const sums_t a = {h_s, w_s, test_value, test_nan, all_valid, hi > lo, 0, nodata, NULL, NULL, NULL,    \
+                          NULL, NULL, 0, 2, 2, lo, hi};                                                        \
+        const T fill = (T)fill_d;                                                                              \
+        const float fw = (float)w_s, fh = (float)h_s;                                                          \
+        float *xs = (float *)malloc(sizeof(float) * 2 * (size_t)(w > 0 ? w : 1));                              \
+        if (xs == NULL) return -1;                                                                             \
+        float *ys = xs + w;                                                                                    \
+        for (int64_t r = 0; r < h; r++) {                                                                      \
+            row_positions_f4(&g, r, xs, ys);                                                                   \
+            T *o = out + r * w;                                                                                \
+            for (int64_t c = 0; c < w; c++) {                                                                  \
+                const float xc = xs[c], yc = ys[c];                                                            \
+                if (!(xc >= 0.0f && xc < fw && yc >= 0.0f && yc < fh)) {                                       \
+                    o[c] = fill;                                                                               \
+                    continue;                                                                                  \
+                }                                                                                              \
+                float wy0, wy1, wx0, wx1;                                                                      \
+                const int64_t iy = bilinear_taps(yc, coef, &wy0, &wy1);                                       \
+                const int64_t ix = bilinear_taps(xc, coef, &wx0, &wx1);                                       \
+                const float acc = bilinear_sum(data, h_s, w_s, iy, ix, wy0, wy1, wx0, wx1);                   \
+                float wsum;                                                                                    \
+                if (all_valid) {                                                                               \
+                    const float py = profile_sum(vy, h_s, iy, wy0, wy1);                                       \
+                    const float px = profile_sum(vx, w_s, ix, wx0, wx1);                                       \
+                    wsum = py * px;                                                                            \
+                } else {                                                                                       \
+                    wsum = bilinear_sum(valid, h_s, w_s, iy, ix, wy0, wy1, wx0, wx1);                          \
+                }                                                                                              \
+                o[c] = finish_##SUFFIX(&a, acc, wsum, fill);                                                   \
+            }                                                                                                  \
+        }                                                                                                      \
+        free(xs);                                                                                              \
+        return 0;                                                                                              \
+    }
+
+BILINEAR(u1, uint8_t)
+BILINEAR(i1, int8_t)
+BILINEAR(u2, uint16_t)
+BILINEAR(i2, int16_t)
+BILINEAR(f4, float)
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fused",
                                     "The compiled kernels, called through ctypes (pipeline.resample.compiled).",

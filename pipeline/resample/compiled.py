@@ -1,4 +1,4 @@
-"""Compiled CPU kernels: nearest and average on reprojected maps in C (``_fused.c``, built with the package
+"""Compiled CPU kernels: nearest, bilinear and average on reprojected maps in C (``_fused.c``, built with the package
 and called through ctypes, which releases the GIL for each call). The NumPy kernels stay the reference (tests
 compare the two: the same bits) and the CuPy path.
 
@@ -23,7 +23,7 @@ import numpy as np
 from pipeline.resample.common import _kept, all_valid, nodata_fill
 from pipeline.resample.coords import CoordMap
 
-METHODS = ("nearest", "average")
+METHODS = ("nearest", "bilinear", "average")
 """Methods with a compiled kernel for reprojected maps."""
 SUMMED_F4 = ("u1", "i1", "u2", "i2", "f4")
 """Source types the float32 kernels (bilinear, average) take: those the NumPy kernels also sum in float32."""
@@ -51,15 +51,17 @@ def _on() -> bool:
 _P, _I, _D, _F, _B = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_float, ctypes.c_int
 _SEGMENTS = [_P] * 8  # row_ptr, col, count, t0, x0, dx, y0, dy
 _WEIGHTED = [_P, _I, _I, _B, _D, _B, _B, _P, _I, _I, _I, _D, _B, _F, _F, _P, _I, _I]
+_BILINEAR = [_P, _I, _I, _B, _D, _B, _B, _I, _I, _P, _P, _P, _P, _P, _P, _P, *_SEGMENTS, _D, _F, _F, _P, _I, _I]
 _SIGNATURES: dict[str, list[Any]] = {  # the argument types of each function in _fused.c
     "nearest_lines": [_P, _I, _I, _I, _P, *_SEGMENTS, _P, _I, _I],
     "average_reach": [*_SEGMENTS, _I, _I, _P],
     "average_taps": [*_SEGMENTS, _I, _I, _I, _I, _P, _I, _I, _I],
     **{f"weighted_sums_{t}": _WEIGHTED for t in SUMMED_F4},
+    **{f"bilinear_{t}": _BILINEAR for t in SUMMED_F4},
 }
 
 
-ABI = 4
+ABI = 5
 """``kernels_abi()`` of the library this module calls (``KERNELS_ABI`` in ``_fused.c``): another value is a
 library built from another version of the file (a failed rebuild leaves the old one in place)."""
 _unusable: list[str] = []
@@ -100,7 +102,7 @@ def choose() -> tuple[bool, str]:
             "not built (the package was installed without a C compiler): the NumPy kernels ran; "
             "`pip install -e .` with gcc builds them"
         )
-    return True, "built with the package: compiled C for nearest and average on reprojected windows"
+    return True, "built with the package: compiled C for nearest, bilinear and average on reprojected windows"
 
 
 def available() -> bool:
@@ -215,6 +217,8 @@ def resample(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any | None
         return None
     if method == "average" and (kind not in SUMMED_F4 or cmap.corners is None):
         return None
+    if method == "bilinear":
+        return _bilinear(lib, src, nodata, cmap) if kind in SUMMED_F4 and cmap.centres is not None else None
     src = np.require(src, requirements=["C", "A"])  # C-contiguous and aligned
     h, w = cmap.shape_yx
     out = np.empty((h, w), dtype=src.dtype)
@@ -246,5 +250,60 @@ def resample(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any | None
             buffer.ctypes.data, stride, ky, kx, fill, src.dtype.kind == "u", lo, hi, out[r0:r1].ctypes.data, r1 - r0, w,
         )  # fmt: skip
         _check(rc, "weighted_sums")
+    _count()
+    return out
+
+
+SCRATCH_KEPT_BYTES = 64 << 20
+"""Bytes of float32 scratch (the bilinear's prefiltered planes) each thread keeps between calls: fresh pages
+are slow to fault in on virtual machines that hand freed memory back to their host; larger scratch is
+allocated for its call alone."""
+_scratch = threading.local()
+
+
+def _planes(n: int, count: int) -> list[Any]:
+    """``count`` float32 arrays of ``n`` values, from this thread's kept scratch where it is large enough."""
+    need = n * count
+    if need * 4 > SCRATCH_KEPT_BYTES:
+        return [np.empty(n, np.float32) for _ in range(count)]
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or buf.size < need:
+        buf = _scratch.buf = np.empty(need, np.float32)
+    return [buf[i * n : (i + 1) * n] for i in range(count)]
+
+
+def _bilinear(lib: Any, src: Any, nodata: float, cmap: CoordMap) -> Any | None:
+    """Bilinear on a reprojected map where each axis's stretch is a whole number (as the NumPy kernel's
+    prefiltered path, ``point._bilinear_general``: the same prefilter, taps, sums and rounding); None for
+    other stretches (the NumPy kernel weighs their taps one by one)."""
+    from pipeline.resample.common import DOWNSAMPLING, _integer_stretch, _tap_polynomials, _tent_prefilter
+
+    sx, sy = cmap.scale(np)
+    stretch = [1 if s >= DOWNSAMPLING else _integer_stretch(s) for s in (sx, sy)]
+    if stretch[0] is None or stretch[1] is None:
+        return None
+    kx, ky = int(stretch[0]), int(stretch[1])
+    src = np.require(src, requirements=["C", "A"])
+    h_s, w_s = src.shape
+    everywhere = all_valid(src, nodata, np)
+    profiles = [np.ones(n, np.float32) for n in (w_s, h_s)]
+    if everywhere:  # (the NumPy kernel's separable validity: its profiles prefiltered)
+        profiles = [_tent_prefilter(p, k, 0, np) if k > 1 else p for p, k in zip(profiles, (kx, ky), strict=True)]
+    vx, vy = profiles
+    planes = _planes(h_s * w_s, 1 if everywhere else 2)
+    data, valid = planes[0], planes[-1]
+    tents = [np.array([1.0 - k / s for k in range(1, s)] or [0.0], np.float32) for s in (kx, ky)]
+    coef = np.array([c for tap in _tap_polynomials("bilinear", 1) for c in tap], np.float32)
+    lo, hi = _range(src.dtype)
+    test_value, value, test_nan = _nodata_test(src.dtype, nodata)
+    fill = float(nodata_fill(nodata, src.dtype, np))
+    h, w = cmap.shape_yx
+    out = np.empty((h, w), dtype=src.dtype)
+    rc = getattr(lib, f"bilinear_{src.dtype.str[1:]}")(
+        src.ctypes.data, h_s, w_s, test_value, value, test_nan, everywhere, kx, ky,
+        tents[0].ctypes.data, tents[1].ctypes.data, vx.ctypes.data, vy.ctypes.data, data.ctypes.data,
+        valid.ctypes.data, coef.ctypes.data, *_addresses(_segments(cmap.centres)), fill, lo, hi, out.ctypes.data, h, w,
+    )  # fmt: skip
+    _check(rc, "bilinear")
     _count()
     return out
