@@ -9,7 +9,8 @@ prints the medians of:
 * startup: spawn to the start of the first task (interpreter, imports, config, index, plan, store
   template, warm-up);
 * teardown: end of the last task to exit (finalize, report, exit);
-* tasks: the rest, from the first task's start to the last one's end.
+* tasks: the rest, from the first task's start to the last one's end;
+* read, resample, write: the report's task-seconds of each stage (``stage_task_s``).
 
 CONFIG defaults to ``configs/casestudy.yaml`` (relative to each tree); ROUNDS to 5. Needs the config's
 fixtures in both trees.
@@ -28,7 +29,7 @@ import time
 from save import run_args  # (bench/ is on sys.path when a script runs)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COLUMNS = ("process", "startup", "teardown", "tasks")
+COLUMNS = ("process", "startup", "teardown", "tasks", "read", "resample", "write")
 
 
 def run_once(tree: str, config: str, out: str) -> tuple[float, ...]:
@@ -39,10 +40,11 @@ def run_once(tree: str, config: str, out: str) -> tuple[float, ...]:
     process = time.perf_counter() - t0
     exited = t_epoch + process
     with open(report) as f:
-        tasks = json.load(f)["tasks"]
+        doc = json.load(f)
+    tasks, stages = doc["tasks"], doc["stage_task_s"]
     startup = min(t["start"] for t in tasks) - t_epoch
     teardown = exited - max(t["end"] for t in tasks)
-    return process, startup, teardown, process - startup - teardown
+    return (process, startup, teardown, process - startup - teardown, *(stages[k] for k in COLUMNS[4:]))
 
 
 def main() -> None:
@@ -50,6 +52,9 @@ def main() -> None:
     config = sys.argv[2] if len(sys.argv) > 2 else "configs/casestudy.yaml"
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 5
     trees = {"this": ROOT, "other": other}
+    for tree in trees.values():  # bytecode for both (where PYTHONDONTWRITEBYTECODE is set, a tree without it
+        # compiles every module afresh each run: ~0.1 s of its start)
+        subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(tree, "pipeline")], check=True)
     rows: dict[str, list[tuple[float, ...]]] = {name: [] for name in trees}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds + 1):
