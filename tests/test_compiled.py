@@ -47,6 +47,15 @@ def split_rows(lines: LineMap, at: int) -> LineMap:
     )
 
 
+def full_range(dtype: str, side: int, seed: int) -> np.ndarray:
+    """A square source of random values over the type's whole range (float32: normal, sd 1000)."""
+    rng = np.random.default_rng(seed)
+    if dtype == "float32":
+        return (rng.standard_normal((side, side)) * 1000).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, int(info.max) + 1, (side, side)).astype(dtype)
+
+
 def maps(n: int) -> dict[str, CoordMap]:
     whole = build_map("reproj", n, np)
     split = CoordMap(
@@ -92,13 +101,7 @@ def test_average_on_sources_without_nodata_gives_the_numpy_kernels_bits(
     footprints lie inside the source (the rest, at the edges, one at a time): the same bits as NumPy, over
     each type's whole range (signed types clip at both ends) and footprints of 1 to 5 taps a side."""
     n = 67  # (not a multiple of four: a row's last pixels go one at a time)
-    rng = np.random.default_rng(7)
-    side = int(n * scale) + 12
-    if dtype == "float32":
-        src = (rng.standard_normal((side, side)) * 1000).astype(dtype)
-    else:
-        info = np.iinfo(dtype)
-        src = rng.integers(info.min, int(info.max) + 1, (side, side)).astype(dtype)
+    src = full_range(dtype, int(n * scale) + 12, seed=7)
     cmap = CoordMap((n, n), corners=rotated_lines(n + 1, 0.0, scale, degrees, (9.0, 7.0)))
     reference = resample_average(src, math.nan, cmap)
     kept = cmap.keeping_taps()
@@ -117,13 +120,7 @@ def test_bilinear_gives_the_numpy_kernels_bits(dtype: str, nodata: float, scale:
     NumPy kernel does it: the same bits, with nodata and without, rows whole and split, on and off the
     source's edges, over each type's whole range."""
     n = 67
-    rng = np.random.default_rng(5)
-    side = int(n * scale) + 12
-    if dtype == "float32":
-        src = (rng.standard_normal((side, side)) * 1000).astype(dtype)
-    else:
-        info = np.iinfo(dtype)
-        src = rng.integers(info.min, int(info.max) + 1, (side, side)).astype(dtype)
+    src = full_range(dtype, int(n * scale) + 12, seed=5)
     if not math.isnan(nodata):
         src[10:20, 5:30] = nodata
     lines = rotated_lines(n, 0.5, scale, degrees, (9.0, 7.0))
