@@ -296,6 +296,23 @@ def test_sources_and_maps_the_kernels_do_not_take_are_left_to_numpy() -> None:
     assert compiled.resample(src, 0.0, cmap, "average") is not None
 
 
+@pytest.mark.parametrize("method", ["nearest", "bilinear", "average"])
+def test_a_map_whose_segments_do_not_fit_it_is_refused_before_the_kernel_runs(method: str) -> None:
+    """The kernels index the source and the output with the map's segments unchecked: a map whose lines are
+    of another shape than it, or whose segments run past its columns, is a ValueError, not a read past an
+    array."""
+    src = build_source("average", 32, "uint16")
+    other = CoordMap((32, 32), centres=rotated_lines(40, 0.5), corners=rotated_lines(41, 0.0), scale_xy=(0.5, 0.5))
+    lines = rotated_lines(32, 0.5)
+    past = replace(lines, count=lines.count + 3)
+    long_rows = CoordMap(
+        (32, 32), centres=past, corners=replace(rotated_lines(33, 0.0), count=rotated_lines(33, 0.0).count + 3)
+    )
+    for cmap in (other, long_rows):
+        with pytest.raises(ValueError, match="do not fit"):
+            compiled.resample(src, 0.0, replace(cmap, scale_xy=(0.5, 0.5)), method)
+
+
 @pytest.mark.parametrize("problem", ["another version", "cannot be loaded"])
 def test_a_library_that_cannot_be_used_leaves_the_numpy_kernels_and_says_why(
     problem: str, monkeypatch: pytest.MonkeyPatch

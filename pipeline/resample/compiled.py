@@ -119,12 +119,27 @@ def _count() -> None:
     _tally.n = calls() + 1
 
 
-def _segments(lines: Any) -> tuple[Any, ...]:
-    """A line map's segment arrays in the kernels' types (int64 and float64), C-contiguous."""
-    return tuple(
+def _segments(lines: Any, shape: tuple[int, int]) -> tuple[Any, ...]:
+    """A line map's segment arrays in the kernels' types (int64 and float64), C-contiguous, checked against
+    ``shape`` (the map's rows and columns the kernel loops over) first: the kernels index with them
+    unchecked, so a map out of shape would have them read and write past their arrays (ValueError instead)."""
+    arrays = tuple(
         np.ascontiguousarray(getattr(lines, k), dtype="i8" if k in ("row_ptr", "col", "count") else "f8")
         for k in ("row_ptr", "col", "count", "t0", "x0", "dx", "y0", "dy")
     )
+    row_ptr, col, count = arrays[:3]
+    rows, cols = shape
+    n = len(col)
+    fits = (
+        tuple(lines.shape) == tuple(shape)
+        and len(row_ptr) == rows + 1
+        and all(len(a) == n for a in arrays[2:])
+        and (n == 0 or (int(row_ptr[0]) == 0 and int(row_ptr[-1]) == n and bool((np.diff(row_ptr) >= 0).all())))
+        and (n == 0 or (int(col.min()) >= 0 and int(count.min()) >= 0 and int((col + count).max()) <= cols))
+    )
+    if not fits:
+        raise ValueError(f"line map of shape {lines.shape} has segments that do not fit a {shape} lattice")
+    return arrays
 
 
 def _addresses(arrays: tuple[Any, ...]) -> list[int]:
@@ -190,7 +205,8 @@ def _average_taps(
     ky and kx. None where the map's corners are NaN, infinite or absurdly far apart (the NumPy kernel
     judges those)."""
     h, w = r1 - r0, cmap.shape_yx[1]
-    segments = _block_segments(_segments(cmap.corners), r0, r1)
+    h_map, w_map = cmap.shape_yx
+    segments = _block_segments(_segments(cmap.corners, (h_map + 1, w_map + 1)), r0, r1)
     reach = np.empty(2, np.int64)
     rc = lib.average_reach(*_addresses(segments), h, w, reach.ctypes.data)
     if rc == -4:  # corners NaN, infinite or absurdly far apart: left to the NumPy kernel
@@ -224,7 +240,7 @@ def resample(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any | None
     out = np.empty((h, w), dtype=src.dtype)
     if method == "nearest":
         fill_px = np.array(nodata_fill(nodata, src.dtype, np), dtype=src.dtype)  # the fill in the source's type
-        segments = _segments(cmap.centres)
+        segments = _segments(cmap.centres, cmap.shape_yx)
         rc = lib.nearest_lines(
             src.ctypes.data, *src.shape, src.itemsize, fill_px.ctypes.data, *_addresses(segments), out.ctypes.data, h, w
         )
@@ -302,7 +318,8 @@ def _bilinear(lib: Any, src: Any, nodata: float, cmap: CoordMap) -> Any | None:
     rc = getattr(lib, f"bilinear_{src.dtype.str[1:]}")(
         src.ctypes.data, h_s, w_s, test_value, value, test_nan, everywhere, kx, ky,
         tents[0].ctypes.data, tents[1].ctypes.data, vx.ctypes.data, vy.ctypes.data, data.ctypes.data,
-        valid.ctypes.data, coef.ctypes.data, *_addresses(_segments(cmap.centres)), fill, lo, hi, out.ctypes.data, h, w,
+        valid.ctypes.data, coef.ctypes.data, *_addresses(_segments(cmap.centres, (h, w))), fill, lo, hi,
+        out.ctypes.data, h, w,
     )  # fmt: skip
     _check(rc, "bilinear")
     _count()
