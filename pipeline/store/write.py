@@ -237,7 +237,7 @@ def zstd_encoder(level: int, checksum: bool) -> Callable[[np.ndarray], bytes]:
         compressor = made.get(key)
         if compressor is None:
             compressor = made[key] = zstandard.ZstdCompressor(level=level, write_checksum=checksum)
-        return compressor.compress(a)  # (a C-contiguous array: its buffer, no copy)
+        return compressor.compress(np.ascontiguousarray(a).data)  # (its buffer: no copy where C-contiguous)
 
     return encode
 
