@@ -450,6 +450,8 @@ def test_tiny_chunks_on_a_real_sized_job_warn_as_plan_advises_and_the_advice_rem
     fixed_cfg = load_config(path, [f"output.chunks={chunks}", "execution.partition_mb=1"])
     fixed = run(fixed_cfg, overwrite=True).report
     assert "chunk_size" not in warned(fixed), fixed["diagnostics"]
+    judged = next(d["detail"] for d in fixed["diagnostics"] if d["check"] == "chunk_size")
+    assert "this machine's" in judged and "too few" not in judged, judged  # judged, not skipped
     catalog, plan = plan_run(fixed_cfg)
     assert not [a for a in summarise_plan(fixed_cfg, catalog, plan)["advice"] if "output.chunks" in a]
 

@@ -122,9 +122,9 @@ def planned_chunk(plan: Any) -> tuple[int, float]:
 def small_chunks(chunk_bytes: int, n_chunks: int) -> bool:
     """Whether chunks are small enough, and many enough, for the ``chunk_size`` check to judge (only then
     is this machine's fixed cost per chunk looked up, or measured)."""
-    from pipeline.report.diagnostics import GUIDE_CHUNK_BYTES, MIN_CHUNKS
+    from pipeline.report.diagnostics import GUIDE_CHUNK_BYTES, MIN_CHUNKS_TIMED
 
-    return 0 < chunk_bytes < GUIDE_CHUNK_BYTES and n_chunks >= MIN_CHUNKS
+    return 0 < chunk_bytes < GUIDE_CHUNK_BYTES and n_chunks >= MIN_CHUNKS_TIMED
 
 
 def plan_chunk_advice(plan: Any) -> str | None:

@@ -75,6 +75,9 @@ nothing."""
 
 MIN_CHUNKS = 50
 """``chunk_size`` fits its per-chunk line over at least this many chunks."""
+MIN_CHUNKS_TIMED = 8
+"""``chunk_size`` sets the machine's measured fixed cost against the mean time of at least this many chunks
+(no fit needed: a run advised into fewer, larger chunks is still judged)."""
 
 
 CHUNK_FIXED_SHARE = 0.3
@@ -357,9 +360,10 @@ def _check_chunk_size(report: dict[str, Any]) -> dict[str, str]:
     n = int(sum(float(t.get("chunk_fit", [0.0])[0]) for t in tasks))
     machine = report.get("execution", {}).get("chunk_cost") or {}
     fit = compute_chunk_costs(tasks)
-    if n < MIN_CHUNKS or not chunk_bytes or (fit is None and "fixed_s" not in machine):
+    need = MIN_CHUNKS_TIMED if "fixed_s" in machine else MIN_CHUNKS
+    if n < need or not chunk_bytes or (fit is None and "fixed_s" not in machine):
         n = int(sum(t.get("chunks", 0) for t in tasks))
-        return _check("chunk_size", False, f"{n} chunks: too few to measure per-chunk costs (needs {MIN_CHUNKS})", "")
+        return _check("chunk_size", False, f"{n} chunks: too few to measure per-chunk costs (needs {need})", "")
     if "fixed_s" in machine:
         fixed, per_mb, source = float(machine["fixed_s"]), float(machine["per_mb_s"]), "this machine's"
     else:
