@@ -528,7 +528,7 @@ static void tent_y(float *a, int64_t h, int64_t w, int64_t s, const float *wk, f
 
 /* Prefilter a plane by the tents along x then y; -1 where out of memory. */
 static int tent_plane(float *a, int64_t h, int64_t w, int64_t sx, int64_t sy, const float *wkx, const float *wky) {
-    if (sx <= 1 && sy <= 1) return 0;
+    if ((sx <= 1 && sy <= 1) || h <= 0 || w <= 0) return 0;
     const int64_t ring_rows = sy > 1 ? sy - 1 : 0;
     float *buf = (float *)malloc(sizeof(float) * (size_t)(w * (2 + ring_rows)));
     if (buf == NULL) return -1;
