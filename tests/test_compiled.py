@@ -136,6 +136,23 @@ def test_bilinear_gives_the_numpy_kernels_bits(dtype: str, nodata: float, scale:
         np.testing.assert_array_equal(got, reference, err_msg=f"{dtype} {nodata} x{scale} {name}")
 
 
+@pytest.mark.parametrize("nodata", [math.nan, 0.0])
+def test_bilinear_gives_the_bits_of_the_numpy_kernel_that_prefilters_by_bands(
+    monkeypatch: pytest.MonkeyPatch, nodata: float
+) -> None:
+    """A large source's NumPy bilinear prefilters bands of rows into reused buffers (``_LazyRows``); the
+    compiled one prefilters the whole plane: the same bits."""
+    from pipeline.resample import common
+
+    monkeypatch.setattr(common, "WHOLE_FRAME_BYTES", 1024)  # every source "large"
+    n = 67
+    src = full_range("uint16", 2 * n + 12, seed=9)
+    src[30:50, 10:60] = 0
+    cmap = CoordMap((n, n), centres=rotated_lines(n, 0.5, 2.0, 2.5, (9.0, 7.0)), scale_xy=(0.5, 0.5))
+    reference = resample_bilinear(src, nodata, cmap)
+    np.testing.assert_array_equal(compiled.resample(src, nodata, cmap, "bilinear"), reference)
+
+
 def test_bilinear_at_other_stretches_is_left_to_numpy() -> None:
     """Downsampling by 2.5: the kernel's taps are not a prefilter's, and the NumPy kernel weighs them."""
     cmap = CoordMap((20, 20), centres=rotated_lines(20, 0.5, 2.5, 2.0), scale_xy=(0.4, 0.4))
