@@ -159,6 +159,16 @@ def test_bilinear_at_other_stretches_is_left_to_numpy() -> None:
     assert compiled.resample(np.ones((80, 80), "uint16"), 0.0, cmap, "bilinear") is None
 
 
+def test_bilinear_leaves_sources_past_its_scratch_to_the_numpy_kernels_bands(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source whose prefiltered planes would pass the scratch a thread keeps is left to the NumPy kernel,
+    which prefilters it by bands of rows (a 4096² output's source is 271 MB a plane)."""
+    cmap = CoordMap((20, 20), centres=rotated_lines(20, 0.5, 2.0, 2.0), scale_xy=(0.5, 0.5))
+    src = np.ones((50, 50), "uint16")
+    assert compiled.resample(src, 0.0, cmap, "bilinear") is not None
+    monkeypatch.setattr(compiled, "SCRATCH_KEPT_BYTES", 50 * 50 * 4 - 1)
+    assert compiled.resample(src, 0.0, cmap, "bilinear") is None
+
+
 @pytest.mark.parametrize("rows", [1, 5, 67])
 def test_average_in_row_blocks_gives_the_whole_maps_bits(monkeypatch: pytest.MonkeyPatch, rows: int) -> None:
     """Large maps are averaged a block of rows at a time (their taps made and summed while in cache): the

@@ -271,17 +271,17 @@ def resample(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any | None
 
 
 SCRATCH_KEPT_BYTES = 64 << 20
-"""Bytes of float32 scratch (the bilinear's prefiltered planes) each thread keeps between calls: fresh pages
-are slow to fault in on virtual machines that hand freed memory back to their host; larger scratch is
-allocated for its call alone."""
+"""Bytes of float32 scratch (the bilinear's prefiltered planes) each thread keeps between calls (fresh pages
+are slow to fault in on virtual machines that hand freed memory back to their host). A source whose planes
+need more is left to the NumPy kernel, which prefilters a large source by bands of rows: a 4096² output's
+source is 8232², 271 MB a plane."""
 _scratch = threading.local()
 
 
 def _planes(n: int, count: int) -> list[Any]:
-    """``count`` float32 arrays of ``n`` values, from this thread's kept scratch where it is large enough."""
+    """``count`` float32 arrays of ``n`` values (at most :data:`SCRATCH_KEPT_BYTES` in all), from this thread's
+    kept scratch."""
     need = n * count
-    if need * 4 > SCRATCH_KEPT_BYTES:
-        return [np.empty(n, np.float32) for _ in range(count)]
     buf = getattr(_scratch, "buf", None)
     if buf is None or buf.size < need:
         buf = _scratch.buf = np.empty(need, np.float32)
@@ -291,7 +291,8 @@ def _planes(n: int, count: int) -> list[Any]:
 def _bilinear(lib: Any, src: Any, nodata: float, cmap: CoordMap) -> Any | None:
     """Bilinear on a reprojected map where each axis's stretch is a whole number (as the NumPy kernel's
     prefiltered path, ``point._bilinear_general``: the same prefilter, taps, sums and rounding); None for
-    other stretches (the NumPy kernel weighs their taps one by one)."""
+    other stretches (the NumPy kernel weighs their taps one by one) and for sources whose prefiltered planes
+    would pass :data:`SCRATCH_KEPT_BYTES`."""
     from pipeline.resample.common import DOWNSAMPLING, _integer_stretch, _tap_polynomials, _tent_prefilter
 
     sx, sy = cmap.scale(np)
@@ -302,6 +303,8 @@ def _bilinear(lib: Any, src: Any, nodata: float, cmap: CoordMap) -> Any | None:
     src = np.require(src, requirements=["C", "A"])
     h_s, w_s = src.shape
     everywhere = all_valid(src, nodata, np)
+    if h_s * w_s * 4 * (1 if everywhere else 2) > SCRATCH_KEPT_BYTES:
+        return None
     profiles = [np.ones(n, np.float32) for n in (w_s, h_s)]
     if everywhere:  # (the NumPy kernel's separable validity: its profiles prefiltered)
         profiles = [_tent_prefilter(p, k, 0, np) if k > 1 else p for p, k in zip(profiles, (kx, ky), strict=True)]
