@@ -235,6 +235,23 @@ def _integer_stretch(scale: float) -> int | None:
     return round(r) if abs(r - round(r)) < 1e-9 and round(r) >= 1 else None
 
 
+def _prefilter_stretches(sx: float, sy: float) -> tuple[int, int] | None:
+    """The bilinear's stretch along x and y where both are whole numbers (1 when not downsampling, 1/scale
+    when downsampling): then its kernel is a tent prefilter followed by plain bilinear interpolation (the
+    NumPy kernel and the compiled one both take that path). None where either is not."""
+    kx, ky = (1 if s >= DOWNSAMPLING else _integer_stretch(s) for s in (sx, sy))
+    return None if kx is None or ky is None else (kx, ky)
+
+
+def _tent_profiles(shape: tuple[int, int], stretch: tuple[int, int], dtype: Any, xp: Any) -> tuple[Any, Any]:
+    """(rows, columns) validity profiles of a ``shape`` source without nodata, prefiltered by the tents of
+    ``stretch`` (x, y): the bilinear's separable weight sums."""
+    vy, vx = xp.ones(shape[0], dtype=dtype), xp.ones(shape[1], dtype=dtype)
+    vx = _tent_prefilter(vx, stretch[0], 0, xp) if stretch[0] > 1 else vx
+    vy = _tent_prefilter(vy, stretch[1], 0, xp) if stretch[1] > 1 else vy
+    return vy, vx
+
+
 def _ordered(lo: Any, hi: Any, xp: Any) -> tuple[Any, Any]:
     """``lo``, ``hi`` with ``lo <= hi`` everywhere: the arrays themselves when they already are (one
     reduction; north-up onto north-up always is), else their minimum and maximum (two slow passes)."""

@@ -293,22 +293,19 @@ def _bilinear(lib: Any, src: Any, nodata: float, cmap: CoordMap) -> Any | None:
     prefiltered path, ``point._bilinear_general``: the same prefilter, taps, sums and rounding); None for
     other stretches (the NumPy kernel weighs their taps one by one) and for sources whose prefiltered planes
     would pass :data:`SCRATCH_KEPT_BYTES`."""
-    from pipeline.resample.common import DOWNSAMPLING, _integer_stretch, _tap_polynomials, _tent_prefilter
+    from pipeline.resample.common import _prefilter_stretches, _tap_polynomials, _tent_profiles
 
-    sx, sy = cmap.scale(np)
-    stretch = [1 if s >= DOWNSAMPLING else _integer_stretch(s) for s in (sx, sy)]
-    if stretch[0] is None or stretch[1] is None:
+    stretch = _prefilter_stretches(*cmap.scale(np))
+    if stretch is None:
         return None
-    kx, ky = int(stretch[0]), int(stretch[1])
+    kx, ky = stretch
     src = np.require(src, requirements=["C", "A"])
     h_s, w_s = src.shape
     everywhere = all_valid(src, nodata, np)
     if h_s * w_s * 4 * (1 if everywhere else 2) > SCRATCH_KEPT_BYTES:
         return None
-    profiles = [np.ones(n, np.float32) for n in (w_s, h_s)]
-    if everywhere:  # (the NumPy kernel's separable validity: its profiles prefiltered)
-        profiles = [_tent_prefilter(p, k, 0, np) if k > 1 else p for p, k in zip(profiles, (kx, ky), strict=True)]
-    vx, vy = profiles
+    # (without nodata, the NumPy kernel's separable validity: its profiles prefiltered; else unread)
+    vy, vx = _tent_profiles(src.shape, stretch, np.float32, np) if everywhere else (np.ones(1, np.float32),) * 2
     planes = _planes(h_s * w_s, 1 if everywhere else 2)
     data, valid = planes[0], planes[-1]
     tents = [np.array([1.0 - k / s for k in range(1, s)] or [0.0], np.float32) for s in (kx, ky)]

@@ -81,7 +81,7 @@ def _infinite(src: Any, nodata: float) -> Any | None:
     holds none (one pass over the source)."""
     xp = get_xp(src)
     infinite = xp.isinf(src)
-    if not math.isnan(nodata) and math.isinf(nodata):
+    if math.isinf(nodata):
         infinite &= src != nodata
     return infinite if bool(infinite.any()) else None
 

@@ -11,18 +11,18 @@ import numpy as np
 
 from pipeline.resample import common
 from pipeline.resample.common import (
-    DOWNSAMPLING,
     EPS,
     INDEX_BOUND,
     _finish,
     _inside,
-    _integer_stretch,
     _kept,
     _kernel_taps,
     _pad,
+    _prefilter_stretches,
     _row_blocks,
     _take_into,
     _tent_prefilter,
+    _tent_profiles,
     _work_dtype,
     all_valid,
     get_xp,
@@ -96,8 +96,8 @@ def _bilinear_general(src: Any, nodata: float, cmap: CoordMap, sx: float, sy: fl
     prefilter on pixel centres followed by plain bilinear interpolation, exactly: the weighted sum is
     piecewise linear between centres. So: two separable passes, then four gathers per pixel."""
     xp = get_xp(src)
-    stretch = [1 if s >= DOWNSAMPLING else _integer_stretch(s) for s in (sx, sy)]
-    if stretch[0] is None or stretch[1] is None:  # other stretches: the taps one by one
+    stretch = _prefilter_stretches(sx, sy)
+    if stretch is None:  # other stretches: the taps one by one
 
         def make_direct(r0: int, r1: int) -> BlockTaps:
             xc, yc = cmap.centre_positions(xp, r0, r1)
@@ -110,16 +110,13 @@ def _bilinear_general(src: Any, nodata: float, cmap: CoordMap, sx: float, sy: fl
     ft = _work_dtype(src.dtype, xp)
     everywhere = all_valid(src, nodata, xp)
     valid = None if everywhere else valid_mask(src, nodata, xp)
-    vy, vx = xp.ones(src.shape[0], dtype=ft), xp.ones(src.shape[1], dtype=ft)
-    if everywhere:  # separable validity: its profiles prefiltered
-        vx = _tent_prefilter(vx, stretch[0], 0, xp) if stretch[0] > 1 else vx
-        vy = _tent_prefilter(vy, stretch[1], 0, xp) if stretch[1] > 1 else vy
+    profiles = _tent_profiles(src.shape, stretch, ft, xp) if everywhere else None  # (separable validity)
     pixels: _Weighted
     if xp is np and src.size * np.dtype(ft).itemsize > common.WHOLE_FRAME_BYTES:
         # A large source (a 4096² output's is 8232², 271 MB in float32): prefiltered by bands of rows into
         # reused buffers, not copied whole into fresh pages (slow to fault in after other work).
-        lazy = _LazyRows(src, valid, (stretch[0], stretch[1]), xp)
-        pixels = _Weighted(None, (vy, vx) if everywhere else None, ft, xp, lazy=lazy)
+        lazy = _LazyRows(src, valid, stretch, xp)
+        pixels = _Weighted(None, profiles, ft, xp, lazy=lazy)
     else:
         data = (src if valid is None else xp.where(valid, src, 0)).astype(ft)  # a copy: prefiltered in place
         vf = None if valid is None else valid.astype(ft)
@@ -127,7 +124,7 @@ def _bilinear_general(src: Any, nodata: float, cmap: CoordMap, sx: float, sy: fl
             if s > 1:
                 data = _tent_prefilter(data, s, axis, xp)
                 vf = _tent_prefilter(vf, s, axis, xp) if vf is not None else None
-        pixels = _Weighted(data, vf if vf is not None else (vy, vx), ft, xp)
+        pixels = _Weighted(data, vf if vf is not None else profiles, ft, xp)
     h, w = cmap.shape_yx
     out = xp.empty((h, w), dtype=src.dtype)
 

@@ -229,8 +229,9 @@ def zstd_encoder(level: int, checksum: bool) -> Callable[[np.ndarray], bytes]:
     compressor and tables (a compressor is not to be shared by threads at once)."""
     import zstandard
 
+    key = (level, checksum)
+
     def encode(a: np.ndarray) -> bytes:
-        key = (level, checksum)
         made = getattr(_compressors, "by_setting", None)
         if made is None:
             made = _compressors.by_setting = {}
