@@ -93,6 +93,9 @@ def main() -> None:
     # pydantic looks for plugins in every installed package's entry points when the config model is built
     # (~20 ms of each command's start); the command uses none. Set the variable to "" to let them load.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    # NumPy's OpenBLAS with no helper threads, in this process and the fork server it starts (see
+    # pipeline.execute.server_preload): set before either loads NumPy. Set the variable to override.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 @main.command()

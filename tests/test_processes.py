@@ -228,3 +228,38 @@ def test_a_worker_runs_its_tasks_without_importing_pydantic(tmp_path: Path, smal
     assert r.returncode == 0, r.stderr[-2000:]
     chunks, pydantic = r.stdout.split()
     assert int(chunks) > 0 and pydantic == "False"
+
+
+FORK_SERVER_THREADS = """
+import os, time
+import numpy  # a program that loaded NumPy (and its OpenBLAS) before it asked for the pool
+from multiprocessing import forkserver
+from pipeline.execute.workers import start_fork_server
+start_fork_server()
+pid = forkserver._forkserver._forkserver_pid
+most, deadline = 1, time.monotonic() + 120
+while time.monotonic() < deadline:  # until the server has loaded GDAL, which it imports after NumPy
+    most = max(most, len(os.listdir(f"/proc/{pid}/task")))
+    with open(f"/proc/{pid}/maps") as f:
+        if "libgdal" in f.read():
+            break
+    time.sleep(0.01)
+time.sleep(0.2)
+print(max(most, len(os.listdir(f"/proc/{pid}/task"))))
+"""
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2, reason="OpenBLAS starts helpers on 2+ cores"
+)
+def test_the_fork_server_starts_no_blas_threads_for_the_caller_that_loaded_numpy_first() -> None:
+    """The fork server imports NumPy on a core the driver's own start needs; OpenBLAS would start a helper
+    thread per core as it loads, spinning for work before it sleeps. The server holds it to one thread
+    whatever the caller's process did (its threads: the main one only, until it forks, when OpenBLAS stops
+    any helpers itself)."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    r = subprocess.run(
+        [sys.executable, "-c", FORK_SERVER_THREADS], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["1"]
