@@ -14,7 +14,13 @@ Five whole-process commands, interleaved, medians after a warm-up (as ``bench/pe
 * start-up alone: a Python process that imports what a run imports (the CLI, the config model, the
   stages, rasterio, numcodecs, pyarrow), as ``pipeline run`` does, and exits: the fixed cost of any
   run before its first pixel;
-* gdalwarp, 2 at a time (the fastest peer).
+* gdalwarp, 2 at a time (the fastest peer);
+* the pipeline and gdalwarp again, each writing its output to memory (a tmpfs folder in ``/dev/shm``,
+  where this machine has one): what each run pays the disk for making its files. On an ext4 without a
+  journal, as on these machines, each file made scans past the inodes its block group freed in the last
+  60-360 s (ext4's ``recently_deleted``), so a loop of runs that replace their outputs makes every file
+  slower the more files the loops before deleted; the pipeline's cube is ~420 files and directories,
+  gdalwarp's 24 GeoTIFFs.
 
 Then the floor from ``bench/results/floor.json`` (``bench/floor.py``: decode every needed input byte and
 encode the output, over the cores): start-up alone plus the floor is a lower bound for any run here.
@@ -26,8 +32,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import peers
 from save import RESULTS, run_args, save_json
@@ -84,6 +92,18 @@ def main() -> None:
         "start-up alone": run_start_alone,
         "gdalwarp": lambda: peers.run_gdal(grid, tiles),
     }
+    memory = tempfile.mkdtemp(prefix="pipeline-bounds-", dir="/dev/shm") if os.path.isdir("/dev/shm") else None
+    if memory is not None:
+        tools["pipeline, output in memory"] = lambda: peers.run_pipeline(memory)
+        tools["gdalwarp, output in memory"] = lambda: peers.run_gdal(grid, tiles, memory)
+    try:
+        measure(tools)
+    finally:
+        if memory is not None:
+            shutil.rmtree(memory, ignore_errors=True)
+
+
+def measure(tools: dict) -> None:
     for fn in tools.values():  # warm-up: page cache, imports, index
         fn()
     resample_s = {}
@@ -105,6 +125,9 @@ def main() -> None:
     for k, v in rows.items():
         print(f"{k:<40}{v:10.2f}{v / gdal:12.2f}x")
     print(f"{peers.REPEATS} interleaved runs")
+    if "gdalwarp, output in memory" in med:
+        in_memory = med["pipeline, output in memory"] / med["gdalwarp, output in memory"]
+        print(f"both writing to memory: pipeline / gdalwarp = {in_memory:.2f}")
     if TARGET is not None:
         print(f"target: <= {TARGET} x gdalwarp = {TARGET * gdal:.2f} s")
     peer_path = os.path.join(RESULTS, f"peers{peers.SUFFIX}.json")
@@ -114,6 +137,8 @@ def main() -> None:
             odc = json.load(f)["medians"]["odc-stac"]
         print(f"target: <= {odc_target} x odc-stac ({odc:.2f} s in peers.py's last run) = {odc_target * odc:.2f} s")
     ratios = {k: v / gdal for k, v in rows.items()}
+    if "gdalwarp, output in memory" in med:
+        ratios["pipeline vs gdalwarp, both output in memory"] = in_memory
     save_json(f"bounds{peers.SUFFIX}", {"runs": times, "medians": med, "rows_s": rows, "vs_gdalwarp": ratios})
 
 

@@ -112,9 +112,11 @@ with dask.config.set(scheduler="threads", num_workers=2):
 """
 
 
-def run_pipeline() -> None:
+def run_pipeline(out: str | None = None) -> None:
+    """The pipeline's run, its cube and report written in ``out`` (default ``OUT``)."""
+    out = out or OUT
     subprocess.run(
-        [sys.executable, "-m", "pipeline", *run_args(CONFIG, f"{OUT}/pipeline.zarr", f"{OUT}/pipeline.report.json")],
+        [sys.executable, "-m", "pipeline", *run_args(CONFIG, f"{out}/pipeline.zarr", f"{out}/pipeline.report.json")],
         check=True,
         cwd=ROOT,
     )
@@ -128,8 +130,10 @@ def run_odc() -> None:
     )
 
 
-def run_gdal(grid: dict, tiles: list[dict]) -> None:
-    os.makedirs(f"{OUT}/gdal", exist_ok=True)
+def run_gdal(grid: dict, tiles: list[dict], out: str | None = None) -> None:
+    """gdalwarp per band and date, 2 at a time, its GeoTIFFs written in ``out``/gdal (default ``OUT``)."""
+    out = out or OUT
+    os.makedirs(f"{out}/gdal", exist_ok=True)
     xmin, ymin, xmax, ymax = grid["bounds"]
     res_x, res_y = abs(grid["transform"][0]), abs(grid["transform"][4])  # the config's grid.resolution
     groups: dict[tuple[str, str], list[str]] = {}
@@ -166,7 +170,7 @@ def run_gdal(grid: dict, tiles: list[dict]) -> None:
                 "-co",
                 "ZSTD_LEVEL=3",
                 *sorted(paths, reverse=True),
-                f"{OUT}/gdal/{band}_{date}.tif",
+                f"{out}/gdal/{band}_{date}.tif",
             ]
         )
     with ThreadPoolExecutor(2) as pool:
