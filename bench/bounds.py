@@ -1,6 +1,6 @@
 """How close to gdalwarp's time this pipeline can get on this machine, measured.
 
-Five whole-process commands, interleaved, medians after a warm-up (as ``bench/peers.py``):
+Seven whole-process commands, interleaved, medians after a warm-up (as ``bench/peers.py``):
 
 * the pipeline, as ``bench/peers.py`` runs it (2 workers; ``execution.scheduler: auto``: threads up to
   100 MB of planned work, a pool of processes above, so processes for the case study and casestudy-x4);
