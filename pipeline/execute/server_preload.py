@@ -8,9 +8,9 @@ the real boto3.
 Before any of it, NumPy's OpenBLAS is held to no helper threads where nothing set its count
 (``OPENBLAS_NUM_THREADS``, read once, when NumPy loads): OpenBLAS starts its helpers as it loads and they
 spin ~0.05 s waiting for work before they sleep, on the core the driver's own imports and planning need
-while the server imports (``pipeline run`` sets it for itself too). Tasks make no BLAS calls, and each
-worker is one core; forked workers inherit the server's OpenBLAS. Start to first task 0.707 -> 0.624 s
-on the case study (16 interleaved runs)."""
+while the server imports (the ``pipeline`` command sets it for itself too). Tasks make no BLAS calls,
+and each worker is one core; forked workers inherit the server's OpenBLAS. Spawn to the first task of
+the case study 0.683 -> 0.608 s (``python bench/startup.py OTHER_TREE configs/casestudy.yaml 16``)."""
 
 import os
 
