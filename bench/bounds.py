@@ -125,8 +125,9 @@ def measure(tools: dict) -> None:
     for k, v in rows.items():
         print(f"{k:<40}{v:10.2f}{v / gdal:12.2f}x")
     print(f"{peers.REPEATS} interleaved runs")
-    if "gdalwarp, output in memory" in med:
-        in_memory = med["pipeline, output in memory"] / med["gdalwarp, output in memory"]
+    memory_rows = ("pipeline, output in memory", "gdalwarp, output in memory")
+    in_memory = med[memory_rows[0]] / med[memory_rows[1]] if memory_rows[1] in med else None
+    if in_memory is not None:
         print(f"both writing to memory: pipeline / gdalwarp = {in_memory:.2f}")
     if TARGET is not None:
         print(f"target: <= {TARGET} x gdalwarp = {TARGET * gdal:.2f} s")
@@ -137,7 +138,7 @@ def measure(tools: dict) -> None:
             odc = json.load(f)["medians"]["odc-stac"]
         print(f"target: <= {odc_target} x odc-stac ({odc:.2f} s in peers.py's last run) = {odc_target * odc:.2f} s")
     ratios = {k: v / gdal for k, v in rows.items()}
-    if "gdalwarp, output in memory" in med:
+    if in_memory is not None:
         ratios["pipeline vs gdalwarp, both output in memory"] = in_memory
     save_json(f"bounds{peers.SUFFIX}", {"runs": times, "medians": med, "rows_s": rows, "vs_gdalwarp": ratios})
 
