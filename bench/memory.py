@@ -31,8 +31,10 @@ def measure(config: str, n: int) -> dict[str, float]:
     tune_malloc()
     import_rasterio()
     from pipeline.config import load_config
+    from pipeline.execute.masks import MASKS
     from pipeline.execute.runner import _prepare_store, plan_run, task_context
-    from pipeline.execute.task import MASKS, rss_mb, run_partition, warm_up
+    from pipeline.execute.task import run_partition
+    from pipeline.execute.warmup import rss_mb, warm_up
     from pipeline.resample.warp import MAPS
 
     out = os.path.join(ROOT, "out", "memory")

@@ -475,10 +475,11 @@ def test_filled_and_put_give_either_sides_bits(dtype: str) -> None:
 
 # ------------------------------------------------------------------- a worker's judged mask windows, kept
 def test_kept_mask_windows_serve_every_band_and_judge_as_a_fresh_read(tmp_path: Any, monkeypatch: Any) -> None:
-    """A worker keeps each judged mask window (``pipeline.execute.task._JudgedMasks``): a chunk's 10, 20
+    """A worker keeps each judged mask window (``pipeline.execute.masks._JudgedMasks``): a chunk's 10, 20
     and 60 m bands, asked in any order and in parts, take one read of the SCL file, and every answer
     equals the drop mask judged from the whole file and sampled at the data pixels' centres."""
-    from pipeline.execute import task
+    from pipeline.execute import masks
+    from pipeline.execute.context import TaskContext
     from pipeline.inputs.read import configure_reads, read_window
     from pipeline.planning.plan import MaskSource, SourceWindow
 
@@ -494,7 +495,7 @@ def test_kept_mask_windows_serve_every_band_and_judge_as_a_fresh_read(tmp_path: 
     with rasterio.open(path, "w", transform=file_t, **profile) as ds:
         ds.write(scl, 1)
     m = MaskSource(path, 1, tuple(file_t)[:6], 549, 549)
-    ctx = task.TaskContext(
+    ctx = TaskContext(
         store_path="unused",
         grid_crs=CRS,
         grid_transform=tuple(file_t)[:6],
@@ -512,7 +513,7 @@ def test_kept_mask_windows_serve_every_band_and_judge_as_a_fresh_read(tmp_path: 
         reads.append(src.window)
         return read_window(src)
 
-    monkeypatch.setattr(task, "read_window", counted)
+    monkeypatch.setattr(masks, "read_window", counted)
 
     def source(res: float, r0: int, c0: int, h: int, w: int) -> tuple[SourceWindow, tuple[int, int]]:
         t = (res, 0.0, origin[0] + c0 * res, 0.0, -res, origin[1] - r0 * res)
@@ -527,7 +528,7 @@ def test_kept_mask_windows_serve_every_band_and_judge_as_a_fresh_read(tmp_path: 
         source(10.0, 556, 410, 256, 512),
     ]
     for max_bytes, order in ((64 << 20, asks), (64 << 20, asks[::-1]), (0, asks)):  # kept in either order; none kept
-        kept, reads[:] = task._JudgedMasks(max_bytes), []
+        kept, reads[:] = masks._JudgedMasks(max_bytes), []
         for src, shape in order:
             got = kept.drop(ctx, src, shape)
             want = sample_nearest(whole, tuple(file_t)[:6], src.transform, shape)

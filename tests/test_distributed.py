@@ -161,7 +161,7 @@ def test_local_workers_tune_glibcs_allocator() -> None:
     """Forked workers cannot take allocator settings from the environment; warm-up sets them by mallopt."""
     import ctypes.util
 
-    from pipeline.execute.task import warm_up
+    from pipeline.execute.warmup import warm_up
     from pipeline.execute.workers import tune_malloc
 
     glibc = (

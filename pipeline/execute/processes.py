@@ -33,7 +33,9 @@ from multiprocessing.context import ForkServerProcess, set_spawning_popen
 from typing import Any
 
 from pipeline.errors import WorkerError
-from pipeline.execute.task import TaskContext, peak_rss_mb, run_partition, warm_up
+from pipeline.execute.context import TaskContext
+from pipeline.execute.task import run_partition
+from pipeline.execute.warmup import peak_rss_mb, warm_up
 
 logger = logging.getLogger(__name__)
 

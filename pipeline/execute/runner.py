@@ -20,13 +20,14 @@ from pipeline.config import Config, is_url
 from pipeline.errors import PYTHON_SWITCHES, ConfigError, StoreError, Switches
 from pipeline.execute.chunkcost import chunk_cost as chunk_cost_now
 from pipeline.execute.chunkcost import planned_chunk, small_chunks
+from pipeline.execute.context import TaskContext
 from pipeline.execute.device import (
     check_request,
     detect_gpu,
 )
 from pipeline.execute.schedulers import execute_tasks, machine_mb, threads_available
 from pipeline.execute.stopping import stopped_cleanly
-from pipeline.execute.task import TaskContext, peak_rss_mb
+from pipeline.execute.warmup import peak_rss_mb
 from pipeline.execute.workers import start_fork_server, start_worker_server, usable_cores
 from pipeline.inputs.catalog import build_catalog, describe_bands, mask_rule
 from pipeline.inputs.netstats import summarise as summarise_network

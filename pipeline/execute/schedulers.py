@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.config import Config
+from pipeline.execute.context import TaskContext
 from pipeline.execute.device import (
     check_request,
     decide,
@@ -26,7 +27,8 @@ from pipeline.execute.device import (
     submit_options,
     task_work,
 )
-from pipeline.execute.task import TaskContext, peak_rss_mb, run_partition, warm_up
+from pipeline.execute.task import run_partition
+from pipeline.execute.warmup import peak_rss_mb, warm_up
 from pipeline.execute.workers import (
     WORKER_MALLOC,
     main_script_kept_from_workers,

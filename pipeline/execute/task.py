@@ -2,194 +2,34 @@
 
 Runs on a Dask worker. It receives a :class:`~pipeline.planning.plan.Partition`
 (paths and windows, never data or open handles) and a small
-:class:`TaskContext`, and returns a plain dict the report consumes.
+:class:`~pipeline.execute.context.TaskContext`, and returns a plain dict the report consumes. A
+worker's start-up is :mod:`pipeline.execute.warmup`; its kept mask windows :mod:`pipeline.execute.masks`.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import sys
-import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from pipeline.errors import TileReadError
+from pipeline.execute.context import TaskContext
+from pipeline.execute.masks import MASKS
+from pipeline.execute.warmup import rss_mb, worker_name
 from pipeline.inputs import netstats
 from pipeline.inputs.read import configure_reads, open_count, read_window
 from pipeline.planning.grid import offset_transform
 from pipeline.planning.plan import BandSpec, ChunkJob, Partition, SourceWindow
 from pipeline.resample import FirstValid, compiled, fuse_arrays
 from pipeline.resample.common import all_valid, nodata_fill, valid_mask
-from pipeline.resample.mask import apply_mask, dilate, drop_pixels, mask_window, sample_nearest
+from pipeline.resample.mask import apply_mask
 from pipeline.resample.parity import to_host
 from pipeline.resample.reduce import Reduction
 from pipeline.resample.warp import MAPS, RowSpan, warp_window
 from pipeline.store.write import StoreWriter, journal_record
-
-
-@dataclass(frozen=True)
-class TaskContext:
-    """What every task of a run shares: the store, the grid, the bands, the method and the rules;
-    identifiers only, so it pickles small."""
-
-    store_path: str
-    grid_crs: str
-    grid_transform: tuple[float, float, float, float, float, float]
-    bands: tuple[BandSpec, ...]
-    resampling: str
-    fuse: str
-    on_error: str
-    engine: str = "auto"
-    """Resampling engine: auto | kernels | gdal (see pipeline.resample.warp)."""
-    grid_width: int = 0
-    """Columns in the grid's rows: reprojection positions are approximated along whole rows (no seams)."""
-    skip_covered: bool = True
-    """first/last fusion: skip reading and resampling where earlier tiles already filled the chunk."""
-    storage: Any = None
-    """The config's storage settings as a :class:`~pipeline.storage.StorageSettings` (endpoint, region;
-    never a credential: each worker resolves those from its own AWS chain), for an ``s3://`` store."""
-    store_stamp: str | None = None
-    """:func:`pipeline.store.write.store_stamp` of the store: workers read its metadata once per process."""
-    gdal_env: tuple[tuple[str, str], ...] = ()
-    """``inputs.gdal_env`` as (option, value) pairs, over the cloud defaults for remote reads."""
-    mask_exclude: tuple[int, ...] = ()
-    """``mask.exclude`` as class values (names resolved against the mask band's STAC classes)."""
-    mask_bits: tuple[int, ...] = ()
-    """``mask.exclude_bits`` as bit positions."""
-    mask_dilate: int = 0
-    reducer: str | None = None
-    """``composite.reducer``; None: one time step per date."""
-    count_band: BandSpec | None = None
-    """``clear_count``, written with the first band's chunks."""
-    chunk_rows: int = 0
-    """The output chunks' height (a composite's jobs may be row strips of them)."""
-    grid_height: int = 0
-    device: str = "cpu"
-    """Where this task's arrays are computed (set per task from the driver's decision)."""
-    compiled: bool = False
-    """Whether resampling uses the compiled kernels (:func:`pipeline.resample.compiled.choose`, asked once by
-    the driver)."""
-    run_token: str = ""
-    """Unique to this run (a resumed one too): what a worker keeps from the files' contents, such as its
-    judged mask windows, is kept for one run, as the files may have changed in between."""
-
-
-def _worker_name() -> str:
-    if "distributed" not in sys.modules:  # the threads scheduler names its threads itself; no 0.4 s import
-        return f"local-{os.getpid()}"
-    try:
-        from distributed import get_worker
-
-        w = get_worker()
-        return str(w.name if w.name is not None else w.address)
-    except (ImportError, ValueError):
-        return f"local-{os.getpid()}"
-
-
-_libraries_warm = [False]
-
-
-def warm_libraries() -> None:
-    """Each library's first-use set-up that depends on no run: GDAL's drivers (a GeoTIFF written and read
-    in memory), the ZSTD codec, numpy.ma (which rasterio imports on a first read), pyproj and PROJ's
-    database (a first transformer), the compiled kernels' library. Once per process; the fork server does
-    it before it forks, so its workers start with it done (it opens no dataset and starts no thread, so no
-    lock is held when it forks)."""
-    if _libraries_warm[0]:
-        return
-    import numpy.ma  # noqa: F401
-    import rasterio
-    import rasterio.warp  # noqa: F401
-    from rasterio.io import MemoryFile
-
-    pixel = np.ones((1, 16, 16), dtype="uint16")
-    with (
-        MemoryFile() as mem,
-        mem.open(
-            driver="GTiff",
-            width=16,
-            height=16,
-            count=1,
-            dtype="uint16",
-            crs="EPSG:32632",
-            transform=rasterio.Affine(20, 0, 0, 0, -20, 0),
-            compress="zstd",
-            tiled=True,
-            blockxsize=16,
-            blockysize=16,
-        ) as ds,
-    ):
-        ds.write(pixel)
-        ds.read(1)
-    from pipeline.store.write import zstd_encoder
-
-    zstd_encoder(1, False)(pixel)
-    from pyproj import Transformer
-
-    # pyproj imported and PROJ's database opened: ~30 ms of each worker's warm-up for the run's CRSs, done
-    # once in the fork server, which waits for the driver's plan anyway (PROJ makes a forked child reopen
-    # its database handle, or reads it with pread, which a child may share)
-    Transformer.from_crs("EPSG:4326", "EPSG:3857", always_xy=True).transform(0.0, 0.0)
-    compiled.kernels()  # the compiled kernels' library loaded (under 1 ms), where it was built
-    _libraries_warm[0] = True
-
-
-def warm_up(
-    log_level: int | None = None, ctx: TaskContext | None = None, crs: tuple[str, ...] = (), local: bool = False
-) -> int:
-    """Import the I/O stack on a worker and do each library's first-use set-up (:func:`warm_libraries`;
-    PROJ's database, the run's store) before the first task, so start-up is not timed as reading or
-    resampling.
-
-    ``log_level``: for the local cluster's workers, the level their ``distributed`` log handlers print
-    at. Task errors are reported by the driver. ``ctx``, ``crs``: the run's store (its arrays are
-    opened) and the tiles' CRSs (the transformers from the grid's CRS to theirs are made). ``local``:
-    a worker of the run's own cluster, whose allocator is tuned (:func:`pipeline.execute.workers.tune_malloc`).
-    """
-    netstats.clear_cache()  # a run reads objects as they are now (a long-lived process may hold old ones)
-    if local:
-        from pipeline.execute.workers import tune_malloc
-
-        tune_malloc()
-    warm_libraries()
-    from pipeline.planning.grid import transform_points
-
-    if ctx is not None:
-        from pipeline.resample.warp import same_crs
-        from pipeline.store.write import open_array
-
-        for tile_crs in crs:
-            same_crs(tile_crs, ctx.grid_crs)
-            transform_points(ctx.grid_crs, tile_crs, np.array([0.0]), np.array([0.0]))
-        for band in ctx.bands:
-            open_array(ctx.store_path, band.name, ctx.storage, ctx.store_stamp)
-    if log_level is not None:
-        logging.getLogger("distributed").setLevel(log_level)
-    return os.getpid()
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory so far, in MB (getrusage: KiB on Linux, bytes on macOS); run on
-    each worker at the end of a run for the report's ``memory``."""
-    import resource
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 1e6 if sys.platform == "darwin" else peak * 1024 / 1e6
-
-
-def rss_mb() -> float:
-    """This process's resident memory now, in MB (``/proc/self/statm``; the peak where there is no /proc):
-    each task records it as it ends, the report's memory over time per worker."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
-    except (OSError, ValueError, IndexError):
-        return peak_rss_mb()
 
 
 def _picks_one(ctx: TaskContext) -> bool:
@@ -230,140 +70,6 @@ class _Tally:
     """(band, date index) -> [dropped pixels, valid pixels] of the source windows judged."""
     clear: dict[int, list[int]] = field(default_factory=dict)
     """Time step -> pixels of the first band with 0, 1, ... clear observations (:func:`_clear_histogram`)."""
-
-
-MASK_CACHE_BYTES = 64 << 20
-"""What a process keeps of judged mask windows and their samplings (one byte per pixel: a 1024-pixel
-chunk at 20 m over one Sentinel-2 tile keeps ~2 MB with its 10, 20 and 60 m samplings)."""
-
-MASK_ALIGN = 64
-"""Mask windows are read rounded out to multiples of this many mask pixels, so that a chunk's bands at
-10, 20 and 60 m, whose windows differ by a pixel or two, share one read and one judgement."""
-
-
-def _aligned(win: tuple[int, int, int, int], rows: int, cols: int) -> tuple[int, int, int, int]:
-    """``win`` (row_off, col_off, height, width) rounded out to :data:`MASK_ALIGN`, clipped to the file."""
-    r0, c0 = win[0] // MASK_ALIGN * MASK_ALIGN, win[1] // MASK_ALIGN * MASK_ALIGN
-    r1 = min(-(-(win[0] + win[2]) // MASK_ALIGN) * MASK_ALIGN, rows)
-    c1 = min(-(-(win[1] + win[3]) // MASK_ALIGN) * MASK_ALIGN, cols)
-    return r0, c0, r1 - r0, c1 - c0
-
-
-class _JudgedMasks:
-    """This process's judged mask windows (the drop mask of each mask window read, after the rules and
-    the dilation), kept across its tasks: a chunk's bands are tasks of their own where their stacks are
-    large, and each would read and judge the same mask window again. A kept window serves any window it
-    contains, and a larger window judges the pixels a smaller one needs the same (the needed window
-    carries the dilation's margin, :func:`pipeline.resample.mask.dilate`), so results do not depend on
-    which task read first. Least recently used out first past ``max_bytes``; keyed by the run's token as
-    well, so a later run on a long-lived worker (a resumed one too) judges afresh."""
-
-    def __init__(self, max_bytes: int = MASK_CACHE_BYTES) -> None:
-        self.max_bytes = max_bytes
-        self._kept: OrderedDict[tuple[Any, ...], _Judged] = OrderedDict()
-        self._windows: dict[tuple[Any, ...], set[tuple[int, int, int, int]]] = {}
-        self._lock = threading.Lock()
-        self.bytes = 0
-
-    def drop(
-        self, ctx: TaskContext, src: SourceWindow, shape: tuple[int, int], rules: dict[str, int] | None = None
-    ) -> np.ndarray:
-        """Per pixel of ``src``'s window (``shape``), whether its mask tile drops it: the mask pixel at the
-        pixel's centre (nearest, same tile), after the rules and the dilation. ``rules``: where a mask
-        window is read and judged, its pixels that each rule matches are added there (:func:`count_rules`)."""
-        m = src.mask
-        assert m is not None  # called only for masked sources
-        need = mask_window(src.transform, shape, m.transform, (m.height, m.width), ctx.mask_dilate)
-        if need[2] <= 0 or need[3] <= 0:
-            return np.zeros(shape, dtype=bool)
-        tile = (m, ctx.mask_exclude, ctx.mask_bits, ctx.mask_dilate, ctx.run_token)
-        with self._lock:
-            win = next((w for w in self._windows.get(tile, ()) if _contains(w, need)), None)
-            entry = None if win is None else self._kept[(tile, win)]
-            if entry is not None:
-                self._kept.move_to_end((tile, win))
-                sampled = entry.samples.get((src.transform, shape))
-                if sampled is not None:
-                    return sampled
-        if entry is None or win is None:
-            win = _aligned(need, m.height, m.width)
-            at = offset_transform(m.transform, win[0], win[1])
-            values = read_window(SourceWindow(m.path, -1, win, at, src.crs, float("nan"), band_index=m.band_index))
-            entry = _Judged(dilate(drop_pixels(values, ctx.mask_exclude, ctx.mask_bits), ctx.mask_dilate))
-            if rules is not None:
-                count_rules(values, ctx.mask_exclude, ctx.mask_bits, rules)
-        sampled = sample_nearest(entry.judged, m.transform, src.transform, shape, origin=(win[0], win[1]))
-        sampled.flags.writeable = False  # shared by the bands that ask for it
-        self._keep(tile, win, entry, (src.transform, shape), sampled)
-        return sampled
-
-    def _keep(
-        self,
-        tile: tuple[Any, ...],
-        win: tuple[int, int, int, int],
-        entry: _Judged,
-        at: tuple[Any, ...],
-        sampled: np.ndarray,
-    ) -> None:
-        """Keep ``entry`` (if new) and its ``sampled`` pixels for a data window ``at`` (transform, shape)."""
-        with self._lock:
-            key = (tile, win)
-            kept = self._kept.get(key)
-            if kept is None:  # new, or evicted since this thread found it: counted whole again
-                if entry.nbytes() + sampled.nbytes > self.max_bytes:
-                    return
-                kept = self._kept[key] = entry
-                self._windows.setdefault(tile, set()).add(win)
-                self.bytes += entry.nbytes()
-            if at not in kept.samples:
-                kept.samples[at] = sampled
-                self.bytes += sampled.nbytes
-            while self.bytes > self.max_bytes:
-                (old_tile, old_win), old = self._kept.popitem(last=False)
-                self.bytes -= old.nbytes()
-                wins = self._windows[old_tile]
-                wins.discard(old_win)
-                if not wins:
-                    del self._windows[old_tile]
-
-
-@dataclass
-class _Judged:
-    """A mask window's drop mask, and its pixels as sampled for the data windows asked of it so far (a
-    chunk's bands of one resolution share them)."""
-
-    judged: np.ndarray
-    samples: dict[tuple[Any, ...], np.ndarray] = field(default_factory=dict)
-
-    def nbytes(self) -> int:
-        return int(self.judged.nbytes + sum(a.nbytes for a in self.samples.values()))
-
-
-MASKS = _JudgedMasks()
-"""This process's judged mask windows, shared by its threads and tasks."""
-
-
-def count_rules(values: np.ndarray, exclude: tuple[int, ...], bits: tuple[int, ...], into: dict[str, int]) -> None:
-    """Add to ``into`` the mask pixels of ``values`` (a mask window, before the dilation) that each rule
-    matches, as ``class <v>`` and ``bit <b>``, and all of them as ``pixels``: the report's
-    ``mask.matched_share``, which tells the clear-observations advice which rules cost the most pixels."""
-    into["pixels"] = into.get("pixels", 0) + int(values.size)
-    for v in exclude:
-        key = f"class {v:g}"
-        into[key] = into.get(key, 0) + int(np.count_nonzero(drop_pixels(values, (v,), ())))
-    for b in bits:
-        key = f"bit {b}"
-        into[key] = into.get(key, 0) + int(np.count_nonzero(drop_pixels(values, (), (b,))))
-
-
-def _contains(outer: tuple[int, int, int, int], inner: tuple[int, int, int, int]) -> bool:
-    """Whether window ``outer`` (row_off, col_off, height, width) holds all of ``inner``."""
-    return (
-        outer[0] <= inner[0]
-        and outer[1] <= inner[1]
-        and inner[0] + inner[2] <= outer[0] + outer[2]
-        and inner[1] + inner[3] <= outer[1] + outer[3]
-    )
 
 
 def _fuse_layer(
@@ -591,7 +297,7 @@ def _run_partition(partition: Partition, ctx: TaskContext, device: str, reason: 
     return {
         "id": partition.key,
         "index": partition.index,
-        "worker": _worker_name(),
+        "worker": worker_name(),
         "pid": os.getpid(),
         "device": device,
         "device_reason": reason,
