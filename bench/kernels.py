@@ -28,7 +28,7 @@ from save import save_json  # noqa: E402  (bench/ is on sys.path when a script r
 
 from pipeline.execute.workers import tune_malloc  # noqa: E402
 from pipeline.planning.grid import transform_points  # noqa: E402
-from pipeline.planning.plan import SourceWindow  # noqa: E402
+from pipeline.planning.jobs import SourceWindow  # noqa: E402
 from pipeline.resample.kernels import KERNEL_METHODS  # noqa: E402
 from pipeline.resample.warp import _origin_free_lines, warp_window  # noqa: E402
 

@@ -162,7 +162,7 @@ def test_device_gpu_without_one_exits_2_and_writes_nothing(tmp_path: Path, small
 def test_gpu_warp_equals_cpu_kernels(small_dir: Path) -> None:
     if not detect_gpu().available:
         pytest.skip("no CUDA device / CuPy")
-    from pipeline.planning.plan import SourceWindow
+    from pipeline.planning.jobs import SourceWindow
     from pipeline.resample.warp import warp_window
 
     rng = np.random.default_rng(0)

@@ -17,7 +17,7 @@ from rasterio.warp import reproject
 from scipy.ndimage import binary_erosion
 
 from pipeline.planning.grid import transform_points
-from pipeline.planning.plan import SourceWindow
+from pipeline.planning.jobs import SourceWindow
 from pipeline.resample.kernels import KERNEL_METHODS, RESAMPLERS, CoordMap, resample
 from pipeline.resample.transform import approx_lines
 from pipeline.resample.warp import GDAL_NAMES, RowSpan, compute_coord_map, warp_window

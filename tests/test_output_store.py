@@ -20,7 +20,7 @@ from zarr.codecs import ZstdCodec
 from pipeline.config import StorageConfig, load_config
 from pipeline.errors import ConfigError
 from pipeline.execute.runner import plan_run, run
-from pipeline.planning.plan import pack_partitions
+from pipeline.planning.packing import pack_partitions
 from pipeline.storage import object_store, zarr_store
 from pipeline.store import layout, write
 from tests.helpers import write_config

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from pipeline.inputs.tiles import TileTable
 from pipeline.planning.grid import GridSpec, compute_grid, transform_boxes, transform_points
-from pipeline.planning.plan import compute_plan
+from pipeline.planning.planner import compute_plan
 from tests.helpers import virtual_tiles
 
 
@@ -208,7 +208,7 @@ def test_partitions_pack_in_order_to_the_target_and_keys_are_stable() -> None:
     st.floats(100, 5e6),
 )
 def test_partitions_are_even_ordered_and_have_no_long_tail(costs: list[int], target: float) -> None:
-    from pipeline.planning.plan import pack_partitions
+    from pipeline.planning.packing import pack_partitions
 
     job_cost = np.asarray(costs, dtype=np.int64)
     bounds = pack_partitions(job_cost, target)
@@ -231,7 +231,7 @@ def test_cuts_move_to_the_start_of_a_band_and_date_when_one_is_near(sizes: list[
     """Groups of jobs read the same files (one band and date): a cut within a partition's share of a
     group's start moves there, so the files are opened once; partitions stay ordered and without a
     long tail."""
-    from pipeline.planning.plan import SNAP_TO_GROUP, pack_partitions
+    from pipeline.planning.packing import SNAP_TO_GROUP, pack_partitions
 
     job_cost = np.full(sum(sizes), job, dtype=np.int64)
     group_start = np.cumsum([0, *sizes[:-1]])
@@ -253,7 +253,7 @@ def test_cuts_move_to_the_start_of_a_band_and_date_when_one_is_near(sizes: list[
 
 def test_bands_about_a_partition_in_size_are_never_split() -> None:
     """24 band-dates of 12 chunks, 60 m ones half the cost: 24 partitions, one band-date each."""
-    from pipeline.planning.plan import pack_partitions
+    from pipeline.planning.packing import pack_partitions
 
     costs = np.concatenate([np.full(12, 3 if b % 6 == 0 else 6) for b in range(24)]).astype(np.int64)
     group_start = np.arange(24) * 12

@@ -13,7 +13,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.planning.plan import SourceWindow, compute_plan
+from pipeline.planning.jobs import SourceWindow
+from pipeline.planning.planner import compute_plan
 from pipeline.resample.kernels import KERNEL_METHODS
 from pipeline.resample.warp import RowSpan, warp_window
 from tests.helpers import virtual_tiles

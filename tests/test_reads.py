@@ -14,7 +14,7 @@ from affine import Affine
 from rasterio.env import get_gdal_config
 
 from pipeline.inputs import read
-from pipeline.planning.plan import SourceWindow
+from pipeline.planning.jobs import SourceWindow
 
 CRS = "EPSG:32632"
 

@@ -31,7 +31,8 @@ from pipeline.execute.warmup import peak_rss_mb
 from pipeline.execute.workers import start_fork_server, start_worker_server, usable_cores
 from pipeline.inputs.catalog import build_catalog, describe_bands, mask_rule
 from pipeline.inputs.netstats import summarise as summarise_network
-from pipeline.planning.plan import Plan, compute_plan
+from pipeline.planning.plan import Plan
+from pipeline.planning.planner import compute_plan
 from pipeline.planning.windows import infer_grid
 from pipeline.report.diagnostics import compute_diagnostics, compute_stragglers, compute_task_overhead
 from pipeline.report.progress import NoProgress, progress_for

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.planning.grid import transform_points
-from pipeline.planning.plan import SourceWindow
+from pipeline.planning.jobs import SourceWindow
 from pipeline.resample.common import valid_mask
 from pipeline.resample.coords import LineMap
 from pipeline.resample.kernels import CENTRE_METHODS, CoordMap, resample
