@@ -1,6 +1,6 @@
-"""The config: one pydantic model holds every key (:mod:`~pipeline.config.model`, its field types
-and validators in :mod:`~pipeline.config.fields`), and :mod:`~pipeline.config.load` reads it from
-YAML with ``--set`` overrides.
+"""The config: one pydantic model holds every key (:mod:`~pipeline.config.model`, its sections in
+:mod:`~pipeline.config.sections`, their field types and validators in :mod:`~pipeline.config.fields`),
+and :mod:`~pipeline.config.load` reads it from YAML with ``--set`` overrides.
 
 Owns: config keys, their defaults, rules, documentation and errors (:class:`~pipeline.errors.ConfigError`
 names the dotted key). Imports only :mod:`pipeline.errors`; every stage may import it.
