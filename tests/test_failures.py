@@ -18,7 +18,7 @@ import pytest
 import rasterio
 import zarr
 
-import pipeline.execute.runner
+import pipeline.execute.prepare
 from pipeline.config import load_config
 from pipeline.execute.runner import run
 from pipeline.inputs.catalog import build_catalog
@@ -128,7 +128,7 @@ def test_file_deleted_between_indexing_and_reading(
         victim.unlink()  # gone after its header was read, before any task reads it
         return catalog
 
-    monkeypatch.setattr(pipeline.execute.runner, "build_catalog", catalog_then_delete)
+    monkeypatch.setattr(pipeline.execute.prepare, "build_catalog", catalog_then_delete)
     cfg = load_config(write_config(tmp_path, str(data / "**" / "*.tif")), ["execution.workers=1"])
     result = run(cfg)
     assert result.exit_code == 3

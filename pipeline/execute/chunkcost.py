@@ -49,7 +49,7 @@ def machine_key() -> str:
 def measure_chunk_cost() -> dict[str, Any]:
     """Run the calibration job now: ``{fixed_s, per_mb_s, chunks, seconds}``."""
     from pipeline.config import validate
-    from pipeline.execute.runner import _prepare_store, plan_run, task_context
+    from pipeline.execute.prepare import _prepare_store, plan_run, task_context
     from pipeline.execute.task import run_partition
     from pipeline.report.diagnostics import compute_chunk_costs
     from pipeline.tools.fixtures import write_fixtures

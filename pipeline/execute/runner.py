@@ -7,9 +7,7 @@ consumed with ``as_completed`` so no task blocks another.
 from __future__ import annotations
 
 import json
-import logging
 import pickle
-import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -17,7 +15,7 @@ import numpy as np
 
 from pipeline import __version__
 from pipeline.config import Config, is_url
-from pipeline.errors import PYTHON_SWITCHES, ConfigError, StoreError, Switches
+from pipeline.errors import PYTHON_SWITCHES, StoreError, Switches
 from pipeline.execute.chunkcost import chunk_cost as chunk_cost_now
 from pipeline.execute.chunkcost import planned_chunk, small_chunks
 from pipeline.execute.context import TaskContext
@@ -25,26 +23,21 @@ from pipeline.execute.device import (
     check_request,
     detect_gpu,
 )
-from pipeline.execute.schedulers import execute_tasks, machine_mb, threads_available
+from pipeline.execute.prepare import _prepare_store, plan_run, task_context
+from pipeline.execute.schedulers import execute_tasks, threads_available
 from pipeline.execute.stopping import stopped_cleanly
 from pipeline.execute.warmup import peak_rss_mb
 from pipeline.execute.workers import start_fork_server, start_worker_server, usable_cores
-from pipeline.inputs.catalog import build_catalog, describe_bands, mask_rule
+from pipeline.inputs.catalog import describe_bands
 from pipeline.inputs.netstats import summarise as summarise_network
 from pipeline.planning.plan import Plan
-from pipeline.planning.planner import compute_plan
-from pipeline.planning.windows import infer_grid
 from pipeline.report.diagnostics import compute_diagnostics, compute_stragglers, compute_task_overhead
 from pipeline.report.progress import NoProgress, progress_for
 from pipeline.report.summary import StageClock, compute_stages, summarise_workers, write_report
 from pipeline.resample import compiled
-from pipeline.storage import task_storage, write_object
-from pipeline.store.layout import create_store, finalize_store, journal_done, store_config, store_exists
+from pipeline.storage import write_object
+from pipeline.store.layout import finalize_store, journal_done
 from pipeline.store.replace import move_aside
-from pipeline.store.resume import check_resumable
-from pipeline.store.write import store_stamp
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -70,74 +63,6 @@ class RunResult:
         if self.config is None:
             raise ValueError("this result has no config to find its store by")
         return open_cube(self.config)
-
-
-def plan_run(config: Config, clock: StageClock | None = None, progress: NoProgress | None = None) -> tuple[Any, Plan]:
-    """Catalog and plan (no pixels read): shared by ``run`` and ``pipeline plan``."""
-    clock = clock or StageClock()
-    with clock.stage("index"):
-        catalog = build_catalog(config, progress=progress)
-        mask_rule(config, catalog)  # a class name the mask band does not have: exit 2 before planning
-    with clock.stage("plan"):
-        crs, res_xy, inferred = infer_grid(catalog.tiles, config.grid.crs, config.grid.resolution)
-        for key, what in inferred.items():
-            logger.info("%s: %s", key, what)
-        plan = compute_plan(
-            catalog.tiles,
-            crs=crs,
-            res_xy=res_xy,
-            chunks_yx=config.output.chunks_yx,
-            bounds=config.grid.bounds,
-            resampling=config.resampling,
-            fuse=config.fuse,
-            partition_mb=config.execution.partition_mb,
-            bands_order=config.inputs.bands,
-            key_prefix=f"pipeline-{config.output_hash()}",
-            band_attrs=catalog.band_attrs,
-            shards_yx=config.output.shards_yx,
-            categorical=catalog.categorical,
-            inferred=inferred,
-            **composite_args(config),
-        )
-    for path in plan.unmasked:
-        catalog.skipped.append(
-            {"path": path, "error": f"no {plan.mask_band} tile of the same tile and date to judge it by (mask.band)"}
-        )
-    if plan.n_jobs == 0:
-        raise ConfigError("grid.bounds", _no_overlap(config, plan))
-    return catalog, plan
-
-
-def composite_args(config: Config) -> dict[str, Any]:
-    """The planner's mask and composite arguments: ``mask.band``, (period, reducer), ``composite.count``, and
-    what one chunk's stack may hold (``composite.stack_mb``; null: a quarter of this machine's memory per
-    core, of 8 GB where the OS does not say)."""
-    c = config.composite
-    budget = float("inf")
-    if c is not None:
-        budget = c.stack_mb if c.stack_mb is not None else (machine_mb() or 8000.0) / usable_cores() / 4
-    return {
-        "mask_band": None if config.mask is None else config.mask.band,
-        "composite": None if c is None else (c.period, c.reducer),
-        "clear_count": c is not None and c.count,
-        "stack_budget_mb": budget,
-    }
-
-
-def _no_overlap(config: Config, plan: Plan) -> str:
-    """Why a plan has no chunk to compute: the bounds and the inputs' extent, both in the grid's CRS."""
-    fp = plan.tables.footprints
-    ok = np.isfinite(fp).all(axis=1)
-    extent = (
-        [round(float(v), 3) for v in (fp[ok, 0].min(), fp[ok, 1].min(), fp[ok, 2].max(), fp[ok, 3].max())]
-        if ok.any()
-        else "none (no input's footprint transforms into the grid CRS)"
-    )
-    bounds = [round(float(v), 3) for v in plan.grid.bounds]
-    return (
-        f"{bounds} in {plan.grid.crs} miss every input: the {len(fp)} inputs cover {extent} there; "
-        "set grid.bounds inside that extent, or null for all of it"
-    )
 
 
 def _plan_chunk_advice(plan: Plan) -> list[str]:
@@ -291,66 +216,6 @@ def summarise_clear(plan: Plan, records: list[dict[str, Any]]) -> dict[str, list
             for k, n in enumerate(hist):
                 mine[k] += n
     return dict(sorted(out.items()))
-
-
-def _prepare_store(
-    config: Config, plan: Plan, *, overwrite: bool, resume: bool, switches: Switches = PYTHON_SWITCHES
-) -> set[str]:
-    """Create the template, or check the existing store for resume; return finished partition keys."""
-    path, storage = config.output.path, config.storage
-    if resume and store_exists(path, storage):
-        attrs = store_config(path, storage, switches)
-        check_resumable(path, attrs, config.output_hash(), config.output_settings(), switches)
-        if attrs.get("pipeline_complete"):
-            logger.info("%s is already complete; nothing to resume", path)
-            return set(plan.partitions.keys())
-        done = journal_done(path, storage)
-        logger.info("resuming %s: %d of %d partitions already done", path, len(done), len(plan.partitions))
-        return done
-    create_store(
-        plan,
-        path,
-        codec=config.output.codec,
-        level=config.output.level,
-        config_hash=config.output_hash(),
-        settings=config.output_settings(),
-        overwrite=overwrite,
-        storage=storage,
-        shards_yx=config.output.shards_yx,
-        zarr_format=config.output.zarr_format,
-        switches=switches,
-    )
-    return set()
-
-
-def task_context(config: Config, plan: Plan, catalog: Any = None) -> TaskContext:
-    """What every task of this run shares (:class:`TaskContext`), for a store that exists: its stamp is
-    read from it. ``catalog``: where ``mask`` names classes, the STAC classification they are looked up in."""
-    exclude, bits = mask_rule(config, catalog)
-    names = [b.name for b in plan.output_bands]
-    return TaskContext(
-        store_path=config.output.path,
-        grid_crs=plan.grid.crs,
-        grid_transform=plan.grid.transform,
-        bands=plan.bands,
-        resampling=plan.resampling,
-        fuse=plan.fuse,
-        on_error=config.execution.on_error,
-        engine=config.resampling_engine,
-        grid_width=plan.grid.shape_yx[1],
-        storage=task_storage(config.storage),
-        store_stamp=store_stamp(config.output.path, names, config.storage),
-        gdal_env=tuple(sorted((str(k), str(v)) for k, v in config.inputs.gdal_env.items())),
-        mask_exclude=exclude,
-        mask_bits=bits,
-        mask_dilate=0 if config.mask is None else config.mask.dilate,
-        reducer=None if plan.composite is None else plan.composite[1],
-        count_band=plan.count_band,
-        chunk_rows=plan.grid.chunks_yx[0],
-        grid_height=plan.grid.shape_yx[0],
-        run_token=uuid.uuid4().hex,
-        compiled=compiled.choose()[0],
-    )
 
 
 def run(
