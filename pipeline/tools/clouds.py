@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.tools.fixtures import (
+from pipeline.tools.fixture_tiles import (
     CLASS_BANDS,
     NODATA,
     S2_BANDS,
