@@ -142,3 +142,57 @@ def test_sources_feed_one_builder_and_never_import_each_other() -> None:
         sources = [m for m in _ours(imported) if m in SOURCES]
         assert sources == [] or name.startswith("pipeline.tools"), (name, sources)
     assert "pipeline.inputs.stac" not in _ours(IMPORTS["pipeline.inputs.stac_parquet"])
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports. ``from pipeline.x import name`` is recorded both as
+    ``pipeline.x`` and ``pipeline.x.name``: only the real modules count. A module's own packages (its
+    ``__init__`` files) do not: Python imports them before the module anyway, and a module importing a
+    name its package re-exports is no circle."""
+    return {
+        name: {m for m in _ours(imported) if not (name == m or name.startswith(m + "."))}
+        for name, imported in IMPORTS.items()
+    }
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The graph's circles: each strongly connected set of two or more modules (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = [stack.pop()]
+            while group[-1] != v:
+                group.append(stack.pop())
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_the_circle_finder_finds_circles() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+
+
+def test_no_import_circles() -> None:
+    """No two modules import each other, directly or through others, at the top or inside functions:
+    what both need lives in a module below both."""
+    graph = _graph()
+    circles = _circles(graph)
+    edges = [[f"{v} -> {sorted(graph[v] & set(c))}" for v in c] for c in circles]
+    assert circles == [], edges
