@@ -85,7 +85,7 @@ def test_kernels_import_only_numpy_and_each_other() -> None:
 
 def test_stages_never_import_execute_api_cli_or_tools() -> None:
     for name, imported in IMPORTS.items():
-        if any(_within(name, s) for s in STAGES) or name in ("pipeline.storage", "pipeline.errors"):
+        if any(_within(name, s) for s in (*STAGES, "pipeline.storage")) or name == "pipeline.errors":
             upward = [
                 m
                 for m in _ours(imported)

@@ -1,0 +1,61 @@
+"""How GDAL reads tiles over HTTP (``/vsis3/``, ``/vsicurl/``): the cloud defaults, the endpoint and
+addressing, ``inputs.gdal_env`` on top, and rasterio's AWS session."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from pipeline.storage.settings import Storage
+
+# GDAL options for reading cloud-optimised GeoTIFFs over HTTP, set once per worker (see read.py).
+CLOUD_DEFAULTS: dict[str, Any] = {
+    "GDAL_DISABLE_READDIR_ON_OPEN": "EMPTY_DIR",  # no directory listing on open
+    "CPL_VSIL_CURL_ALLOWED_EXTENSIONS": ".tif,.tiff,.TIF,.TIFF",
+    "GDAL_HTTP_MERGE_CONSECUTIVE_RANGES": "YES",
+    "GDAL_HTTP_MULTIPLEX": "YES",
+    "GDAL_HTTP_VERSION": "2",
+    "GDAL_HTTP_MAX_RETRY": "5",  # on 429 and 5xx, with back-off
+    "GDAL_HTTP_RETRY_DELAY": "0.5",
+    "GDAL_HTTP_TIMEOUT": "60",
+    "GDAL_HTTP_CONNECTTIMEOUT": "10",
+    "VSI_CACHE": "TRUE",
+    "VSI_CACHE_SIZE": str(64 * 1024 * 1024),
+    "GDAL_CACHEMAX": 256,  # MB of block cache per process (rasterio wants an int here)
+    "GDAL_INGESTED_BYTES_AT_OPEN": "32768",  # one request holds the COG header
+    "CPL_VSIL_CURL_CHUNK_SIZE": str(256 * 1024),
+}
+
+
+def gdal_options(storage: Storage, gdal_env: dict[str, Any] | None = None) -> dict[str, Any]:
+    """GDAL config options for reads: cloud defaults, the endpoint and addressing, then ``gdal_env``.
+
+    Holds no credential: those come from :func:`rasterio_session` (the AWS chain) at open time."""
+    options = dict(CLOUD_DEFAULTS)
+    if storage.endpoint_url:
+        parts = urlsplit(storage.endpoint_url)
+        options["AWS_S3_ENDPOINT"] = parts.netloc + parts.path.rstrip("/")
+        options["AWS_HTTPS"] = "YES" if parts.scheme == "https" else "NO"
+        options["AWS_VIRTUAL_HOSTING"] = "FALSE"  # path-style: S3-compatible servers on one host name
+    if storage.region:
+        options["AWS_REGION"] = storage.region
+    if storage.anonymous:
+        options["AWS_NO_SIGN_REQUEST"] = "YES"
+    options.update({str(k): str(v) for k, v in (gdal_env or {}).items()})
+    return options
+
+
+def rasterio_session(storage: Storage) -> Any:
+    """rasterio's AWS session for ``storage`` (credentials from the AWS chain of this process)."""
+    from rasterio.session import AWSSession
+
+    endpoint = None
+    if storage.endpoint_url:
+        parts = urlsplit(storage.endpoint_url)
+        endpoint = parts.netloc + parts.path.rstrip("/")
+    return AWSSession(
+        aws_unsigned=storage.anonymous or None,
+        region_name=storage.region,
+        profile_name=storage.profile,
+        endpoint_url=endpoint,
+    )
