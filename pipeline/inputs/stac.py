@@ -7,7 +7,9 @@ column-wise by :mod:`pipeline.inputs.stac_parquet`, never turned into Python dic
 queries a STAC API with pystac-client. ``assets`` maps band names to asset keys, a multi-band asset's
 band as ``key.N`` or ``key.name`` (None: every single-band raster asset, named by its key);
 ``alternate`` reads assets from an alternate href; ``groupby`` turns item times into time steps. Where
-each field is found (STAC 1.0 and 1.1) is :mod:`pipeline.inputs.stac_fields`'s.
+each field is found (STAC 1.0 and 1.1) is :mod:`pipeline.inputs.stac_fields`'s. Item documents are
+read and turned into asset rows by :mod:`pipeline.inputs.stac_items`; the headers a run opens are
+chosen and read by :mod:`pipeline.inputs.stac_headers`.
 
 Rules, as odc-stac applies them where it has one:
 
@@ -35,19 +37,15 @@ Rules, as odc-stac applies them where it has one:
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from pipeline.config import Config, is_url
-from pipeline.errors import ConfigError, TileReadError
-from pipeline.inputs.headers import read_header
-from pipeline.inputs.read import input_errors
+from pipeline.config import Config
+from pipeline.errors import ConfigError
 from pipeline.inputs.stac_fields import (  # noqa: F401 - the rules, importable from here
     AFFINE,
     ASSET_COLUMNS,
@@ -69,141 +67,16 @@ from pipeline.inputs.stac_fields import (  # noqa: F401 - the rules, importable 
     resolve_href,
     split_asset_key,
 )
-from pipeline.inputs.tiles import TABLE_COLUMNS, Catalog, TileTable, factorize
+from pipeline.inputs.stac_headers import open_headers
+from pipeline.inputs.stac_items import asset_rows_from_items, read_item_dicts, search_item_dicts
+from pipeline.inputs.tiles import TABLE_COLUMNS, Catalog, TileTable
 from pipeline.report.progress import NoProgress
 
 logger = logging.getLogger(__name__)
 
 
-def asset_rows_from_items(
-    items: Iterable[dict[str, Any]],
-    assets: dict[str, str] | None,
-    base: str | None,
-    skipped: list[dict[str, str]],
-    alternate: str | None = None,
-) -> dict[str, list[Any]]:
-    """The asset table (lists, :data:`~pipeline.inputs.stac_fields.ASSET_COLUMNS`) from item dicts; items
-    lacking a wanted asset or band go to ``skipped``."""
-    rows: dict[str, list[Any]] = {c: [] for c in ASSET_COLUMNS}
-    items = list(items)
-    why = "wanted by inputs.assets"
-    if assets is None:  # every key whose first asset is a single-band raster (as the Arrow reader decides)
-        first: dict[str, dict[str, Any]] = {}
-        for it in items:
-            for k, a in (it.get("assets") or {}).items():
-                first.setdefault(k, a)
-        assets = {k: k for k in sorted(first) if is_raster_asset(first[k]) and band_count(first[k]) == 1}
-        why = "inputs.assets is null: every single-band raster asset is wanted; set it to choose"
-    for item in items:
-        item_id = str(item.get("id"))
-        props = item.get("properties") or {}
-        found = item.get("assets") or {}
-        try:
-            time = parse_time(props)
-        except ValueError as e:
-            skipped.append({"path": item_id, "error": f"STAC item {e}"})
-            continue
-        chosen: dict[str, tuple[str, int]] = {}
-        problems = []
-        for band, wanted in assets.items():
-            key, selector = split_asset_key(wanted, found)
-            asset = found.get(key) or {}
-            k = band_index(asset, selector) if asset.get("href") else None
-            if not asset.get("href"):
-                problems.append(f"no asset {key!r}")
-            elif k is None:
-                problems.append(f"asset {key!r} has no band {selector!r} (it has {band_count(asset)})")
-            else:
-                chosen[band] = (key, k)
-        if problems:
-            skipped.append(
-                {"path": item_id, "error": f"STAC item has {'; '.join(problems)} ({why}); it has {sorted(found)}"}
-            )
-            continue
-        bbox = item.get("bbox") or [np.nan] * 4
-        lon = (bbox[0] + bbox[len(bbox) // 2]) / 2  # [xmin, ymin, xmax, ymax] or with z: [.., zmin, xmax, ..]
-        self_href = next((ln.get("href") for ln in item.get("links") or () if ln.get("rel") == "self"), None)
-        for band, (key, k) in chosen.items():
-            asset = found[key]
-            shape = proj_field(asset, props, "proj:shape")
-            transform = proj_field(asset, props, "proj:transform")
-            rows["href"].append(resolve_href(str(asset_href(asset, alternate)), item_base(self_href, base), base))
-            rows["band"].append(band)
-            rows["bidx"].append(k)
-            rows["item"].append(item_id)
-            rows["collection"].append(str(item.get("collection") or ""))
-            rows["time"].append(time)
-            rows["lon"].append(lon)
-            rows["crs"].append(crs_of(asset, props))
-            for j, name in enumerate(AFFINE):
-                rows[name].append(float(transform[j]) if transform and len(transform) >= 6 else np.nan)
-            rows["height"].append(int(shape[0]) if shape else -1)
-            rows["width"].append(int(shape[1]) if shape else -1)
-            dtype = band_field(asset, props, k, "dtype")
-            rows["dtype"].append(None if dtype is None else str(dtype))
-            for column in ("nodata", "scale", "offset"):
-                rows[column].append(number(band_field(asset, props, k, column)))
-            unit = band_field(asset, props, k, "unit")
-            rows["unit"].append(None if unit is None else str(unit))
-            rows["size"].append(int(asset.get("file:size") or 0))
-            rows["categorical"].append(is_categorical(asset, k))
-            rows["classification"].append(classification_of(asset, k))
-    return rows
+# --- the asset table, from whichever source ------------------------------------------------------------
 
-
-# --- readers -------------------------------------------------------------------------------------------
-
-
-def read_item_dicts(source: str, storage: Any = None) -> tuple[list[dict[str, Any]], str]:
-    """Items of an ItemCollection or a static catalog (pystac), their hrefs made absolute; the base. A
-    local file, or an object (``s3://``, ``https://``; a catalog's children are then read by pystac)."""
-
-    import pystac
-
-    try:
-        if is_url(source):
-            from pipeline.storage import read_object
-
-            data = read_object(source, storage, key="inputs.stac")
-            if data is None:
-                raise ConfigError("inputs.stac", f"no such object: {source}; check the key and bucket")
-            doc = json.loads(data)
-        else:
-            with open(source) as f:
-                doc = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ConfigError("inputs.stac", f"cannot read {source}: {e}") from e
-    if doc.get("type") == "FeatureCollection":
-        return list(doc.get("features") or []), source
-    if doc.get("type") == "Feature":
-        return [doc], source
-    if doc.get("type") in ("Catalog", "Collection"):
-        root = pystac.read_file(source)
-        items = []
-        for item in root.get_items(recursive=True):  # type: ignore[attr-defined]
-            item.make_asset_hrefs_absolute()
-            items.append(item.to_dict(include_self_link=False, transform_hrefs=False))
-        return items, source
-    raise ConfigError("inputs.stac", f"{source} is neither an ItemCollection, an Item nor a catalog")
-
-
-def search_item_dicts(search: dict[str, Any]) -> list[dict[str, Any]]:
-    """Items a STAC API search returns (pystac-client), as dicts."""
-    import pystac_client
-
-    params = {k: v for k, v in search.items() if k != "url" and v is not None}
-    try:
-        client = pystac_client.Client.open(search["url"])
-        return list(client.search(**params).items_as_dicts())
-    except Exception as e:  # noqa: BLE001 - network, HTTP and API errors alike
-        raise ConfigError("inputs.stac_search", f"the search at {search['url']} failed: {type(e).__name__}: {e}") from e
-
-
-# --- the catalog ---------------------------------------------------------------------------------------
-
-
-SAMPLE_TRIES = 3
-"""Headers tried per group of assets planned from metadata before its assets go without overviews."""
 
 _INT_ASSET_COLUMNS = ("width", "height", "size", "bidx")
 _TEXT_ASSET_COLUMNS = ("href", "band", "item", "collection", "crs", "dtype", "unit", "classification")
@@ -263,32 +136,7 @@ def _search_terms(search: Any) -> str:
     return ", ".join(f"{k}={v}" for k, v in dict(search).items() if k != "url" and v is not None) or "no terms"
 
 
-def _read_headers(
-    hrefs: list[str], config: Config, max_threads: int, progress: NoProgress
-) -> list[tuple[dict[str, Any] | None, str | None]]:
-    def one(href: str) -> tuple[dict[str, Any] | None, str | None]:
-        try:
-            return read_header(href, config), None
-        except TileReadError as e:
-            return None, e.problem
-        except input_errors() as e:  # a bad input; any other exception is a bug and fails the run
-            return None, f"{type(e).__name__}: {e}"
-
-    if not hrefs:
-        return []
-    if any(is_url(h) for h in hrefs):
-        from pipeline.inputs.read import cloud_env
-
-        cloud_env(config.storage)  # the AWS session and GDAL's network counters: once, before the threads
-    import rasterio  # noqa: F401 - on this thread, before the pool's (`pipeline run` imports it lazily, without boto3)
-
-    progress.phase("headers", len(hrefs), "headers read")
-    out = []
-    with ThreadPoolExecutor(min(max_threads, len(hrefs))) as pool:
-        for result in pool.map(one, hrefs):
-            out.append(result)
-            progress.add()
-    return out
+# --- the catalog ---------------------------------------------------------------------------------------
 
 
 def compute_band_attrs(rows: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
@@ -313,81 +161,6 @@ def compute_band_attrs(rows: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]
         if attrs:
             out[band] = attrs
     return out
-
-
-def _group_samples(rows: dict[str, np.ndarray], planned: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Assets planned from metadata, grouped by (collection, band, shape, pixel size): each group's first
-    asset in table order (its sample, whose header gives the group's overviews, blocks, dtype where the
-    item gives none, and file nodata), and each planned asset's group. Vectorised: a 192,000-item
-    catalogue has ~2.5 million assets."""
-    idx = np.flatnonzero(planned)
-    codes = [factorize(rows[col][idx])[1] for col in ("collection", "band", "width", "height", "a", "e")]
-    if not len(idx):
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    _, first, group = np.unique(np.stack(codes, axis=1), axis=0, return_index=True, return_inverse=True)
-    return idx[first], group.reshape(-1)
-
-
-def _open_headers(
-    rows: dict[str, np.ndarray],
-    planned: np.ndarray,
-    config: Config,
-    max_threads: int,
-    skipped: list[dict[str, str]],
-    progress: NoProgress,
-) -> tuple[dict[int, dict[str, Any]], np.ndarray, np.ndarray, int]:
-    """Read the headers a STAC run needs: every asset not planned from metadata, and one sample per group
-    of planned assets. A group whose sample fails tries its next asset, up to :data:`SAMPLE_TRIES` in
-    all, then opens each of its assets: a group never goes without the files' overviews. Returns the
-    headers by asset, the assets to keep (a failed one is skipped and listed), each asset's header
-    source, and how many headers were read."""
-    n = len(rows["href"])
-    keep = np.ones(n, dtype=bool)
-    samples, group = _group_samples(rows, planned)
-    planned_idx = np.flatnonzero(planned)
-    source = np.arange(n)  # whose header each asset takes overviews, blocks and file nodata from
-    opened: dict[int, dict[str, Any]] = {}
-    to_open = np.concatenate([np.flatnonzero(~planned), samples]).astype(np.int64)
-    read = 0
-    for attempt in range(SAMPLE_TRIES + 1):
-        headers = _read_headers([rows["href"][k] for k in to_open], config, max_threads, progress)
-        read += len(to_open)
-        failed = set()
-        for k, (header, error) in zip(to_open.tolist(), headers, strict=True):
-            if header is None:
-                keep[k] = False
-                skipped.append({"path": rows["href"][k], "error": str(error)})
-                failed.add(k)
-            else:
-                opened[k] = header
-        pending = [g for g, k in enumerate(samples.tolist()) if k in failed]
-        if not pending or attempt == SAMPLE_TRIES:
-            break
-        retry = []
-        for g in pending:
-            others = planned_idx[(group == g) & keep[planned_idx]]
-            others = others[[int(k) not in opened for k in others]] if len(others) else others
-            if not len(others):
-                continue
-            if attempt + 1 < SAMPLE_TRIES:  # the group's next asset
-                samples[g] = others[0]
-                retry.append(int(others[0]))
-            else:  # its samples kept failing: each of its assets is its own header
-                logger.warning(
-                    "STAC: %d header samples of %s failed; opening its %d assets",
-                    SAMPLE_TRIES,
-                    rows["band"][others[0]],
-                    len(others),
-                )
-                samples[g] = -1
-                retry += [int(k) for k in others]
-                source[others] = others
-        if not retry:
-            break
-        to_open = np.array(retry, dtype=np.int64)
-    grouped = samples[group] if len(planned_idx) else np.zeros(0, dtype=np.int64)
-    source[planned_idx] = np.where(grouped >= 0, grouped, source[planned_idx])
-    return opened, keep, source, read
 
 
 def _grid_longitude(config: Config, item_lon: np.ndarray) -> float:
@@ -424,7 +197,7 @@ def stac_catalog(config: Config, max_threads: int = 8, progress: NoProgress | No
         & (rows["height"] > 0)
         & np.isfinite(affine).all(axis=1)
     )
-    opened, keep, source, headers_read = _open_headers(rows, planned, config, max_threads, skipped, progress)
+    opened, keep, source, headers_read = open_headers(rows, planned, config, max_threads, skipped, progress)
     nodata_from = np.where(np.isnan(rows["nodata"]), "", "stac").astype(object)
     for k in np.flatnonzero(~planned):  # opened: the file is the metadata
         header = opened.get(int(k))
