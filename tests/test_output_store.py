@@ -22,7 +22,7 @@ from pipeline.errors import ConfigError
 from pipeline.execute.runner import plan_run, run
 from pipeline.planning.packing import pack_partitions
 from pipeline.storage import object_store, zarr_store
-from pipeline.store import layout, write
+from pipeline.store import layout, write, zarr3
 from tests.helpers import write_config
 
 
@@ -66,12 +66,12 @@ def test_shards_are_what_zarr_python_writes(tmp_path: Path, monkeypatch: pytest.
         )
     zarr.open_array(paths["zarr"], path="b", mode="r+")[:] = data
     ref_meta = json.loads(Path(paths["zarr"], "b", "zarr.json").read_text())
-    ours_meta = layout._array_json(
+    ours_meta = zarr3.array_json(
         data.shape,
         np.dtype("uint16"),
         (1, 128, 128),
         0,
-        layout.sharding_json(layout._codecs_json("zstd", 3, np.dtype("uint16")), (1, 64, 64)),
+        zarr3.sharding_json(zarr3.codecs_json("zstd", 3, np.dtype("uint16")), (1, 64, 64)),
         ["time", "y", "x"],
         {},
     )

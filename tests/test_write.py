@@ -12,7 +12,7 @@ import zarr
 from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
 
 from pipeline.errors import StoreError
-from pipeline.store import layout, write
+from pipeline.store import layout, write, zarr3
 
 
 def _pair(tmp_path: Path, dtype: str, fill: float, compressors: list[object] | None) -> tuple[str, str]:
@@ -131,12 +131,12 @@ def test_array_metadata_is_what_zarr_python_writes(
     )
     ref = json.loads((tmp_path / "ref.zarr" / "b" / "zarr.json").read_text())
     d = np.dtype(dtype)
-    ours = layout._array_json(
+    ours = zarr3.array_json(
         (2, 300, 250),
         d,
         (1, 128, 128),
         fill,
-        layout._codecs_json(codec, 3 if codec == "zstd" else 4 if codec == "gzip" else 5, d),
+        zarr3.codecs_json(codec, 3 if codec == "zstd" else 4 if codec == "gzip" else 5, d),
         ["time", "y", "x"],
         {"k": 1},
     )

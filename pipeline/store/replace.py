@@ -10,7 +10,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from pipeline.storage import scheme
-from pipeline.store.layout import inspect_output, store_exists
+from pipeline.store.existing import inspect_output, store_exists
 
 if TYPE_CHECKING:
     from pipeline.storage import Storage

@@ -2,7 +2,7 @@
 
 1. :func:`~pipeline.store.layout.create_store` writes the whole layout up front (arrays, coordinates,
    CRS, attributes with ``pipeline_complete: false``) and no band data, after
-   :func:`~pipeline.store.layout.check_output_path` has made sure that nothing but a store of this
+   :func:`~pipeline.store.existing.check_output_path` has made sure that nothing but a store of this
    pipeline is replaced.
 2. Tasks write whole chunks only (:class:`StoreWriter`); each chunk, or each shard where
    ``output.shards`` is set, is its own object, and no two tasks ever write one object, so writers
@@ -36,8 +36,9 @@ from pipeline.storage import (
     write_bytes,
 )
 from pipeline.store import zarr2
-from pipeline.store.layout import ARRAY_DOCS, JOURNAL_DIR, get_json, output_store, sharding_json
+from pipeline.store.existing import ARRAY_DOCS, JOURNAL_DIR, get_json, output_store
 from pipeline.store.space import write_error
+from pipeline.store.zarr3 import sharding_json
 
 if TYPE_CHECKING:  # the model imports pydantic; workers need only its attributes
     from pipeline.storage import Storage

@@ -1,7 +1,7 @@
 """The Zarr v2 spelling of the store (``output.zarr_format: 2``), for readers without Zarr v3: GDAL
 before 3.12 (the GDAL in rasterio's 1.4 wheels is 3.10), zarr-python 2, older xarray.
 
-The same arrays, attributes and chunk bytes as the v3 layout in :mod:`pipeline.store.layout`, written as
+The same arrays, attributes and chunk bytes as the v3 layout (:mod:`pipeline.store.zarr3`), written as
 zarr-python and xarray write Zarr v2 (tested against them): ``.zgroup``, ``.zattrs`` and ``.zarray``
 documents, dimensions in each array's ``_ARRAY_DIMENSIONS`` attribute, the fill value (xarray's
 ``_FillValue``) in ``.zarray`` only, the compressor in numcodecs' spelling, chunk keys ``t.y.x``, and the
