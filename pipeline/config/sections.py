@@ -308,13 +308,24 @@ class ExecutionConfig(Section):
     )
     device: Device = Field("auto", description="auto | cpu | gpu: where tasks resample.")
     partition_mb: PosNumber = Field(64.0, description="Target bytes of work per task, MB.")
+    io_concurrency: Annotated[
+        PosInt | None, BeforeValidator(auto_none, json_schema_input_type=Literal["auto"] | PosInt | None)
+    ] = Field(
+        None,
+        description="Windows each worker reads at once, ahead of its resampling (object-store requests in flight "
+        "per worker); auto (or null): from the store's measured latency and bandwidth (a bandwidth-delay product), "
+        "2 for local files; 1: one read at a time, when the task comes to it.",
+    )
+    prefetch_mb: PosNumber = Field(
+        64.0, description="Pixels a worker's read-ahead holds at most, read or being read, MB (one window always)."
+    )
     retries: NonNegInt = Field(2, description="Retries of a failed task.")
     on_error: OnError = Field("skip", description="A tile that cannot be read: skip it (and list it) or fail the run.")
     gpu_profile: GpuProfile | None = Field(
         None, description="Override of the measured GPU profile {h2d_gb_s, d2h_gb_s, gpu_mpx_s: {method: Mpx/s}}."
     )
 
-    @field_serializer("workers")
+    @field_serializer("workers", "io_concurrency")
     def _workers_auto(self, value: int | None) -> int | str:
         return "auto" if value is None else value
 

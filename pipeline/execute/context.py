@@ -51,6 +51,11 @@ class TaskContext:
     compiled: bool = False
     """Whether resampling uses the compiled kernels (:func:`pipeline.resample.compiled.choose`, asked once by
     the driver)."""
+    io_concurrency: int = 1
+    """Windows read at once by the task's I/O threads (``execution.io_concurrency`` as the driver resolved
+    it; below 2: each read on the task's thread when it comes to it)."""
+    prefetch_bytes: int = 64 << 20
+    """Pixels the read-ahead holds at most, read or being read (``execution.prefetch_mb``)."""
     run_token: str = ""
     """Unique to this run (a resumed one too): what a worker keeps from the files' contents, such as its
     judged mask windows, is kept for one run, as the files may have changed in between."""

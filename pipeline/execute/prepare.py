@@ -155,6 +155,7 @@ def task_context(config: Config, plan: Plan, catalog: Any = None) -> TaskContext
         count_band=plan.count_band,
         chunk_rows=plan.grid.chunks_yx[0],
         grid_height=plan.grid.shape_yx[0],
+        prefetch_bytes=int(config.execution.prefetch_mb * 1e6),
         run_token=uuid.uuid4().hex,
         compiled=compiled.choose()[0],
     )

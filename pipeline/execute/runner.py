@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import pickle
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ from pipeline.execute.stopping import stopped_cleanly
 from pipeline.execute.warmup import peak_rss_mb
 from pipeline.execute.workers import start_fork_server, start_worker_server, usable_cores
 from pipeline.inputs.catalog import describe_bands
+from pipeline.inputs.iosizing import IoChoice, choose_io, request_bytes
 from pipeline.inputs.netstats import summarise as summarise_network
 from pipeline.planning.plan import Plan
 from pipeline.report.diagnostics import compute_diagnostics, compute_stragglers, compute_task_overhead
@@ -218,6 +219,14 @@ def summarise_clear(plan: Plan, records: list[dict[str, Any]]) -> dict[str, list
     return dict(sorted(out.items()))
 
 
+def _io_choice(config: Config, catalog: Any, plan: Plan) -> IoChoice:
+    """``execution.io_concurrency`` for this run (:func:`pipeline.inputs.iosizing.choose_io`)."""
+    tiles = catalog.tiles
+    pixels = tiles["width"].astype("f8") * tiles["height"] * [np.dtype(d).itemsize for d in tiles["dtype"]]
+    size = request_bytes(tiles["size"], pixels, plan.bytes_read, plan.n_pairs)
+    return choose_io(config.execution.io_concurrency, list(tiles["path"]), config.storage, size)
+
+
 def run(
     config: Config,
     *,
@@ -277,7 +286,9 @@ def _run(
         import random
 
         random.Random(shuffle_seed).shuffle(todo)
-    ctx = task_context(config, plan, catalog)
+    with clock.stage("plan"):
+        io = _io_choice(config, catalog, plan)
+    ctx = replace(task_context(config, plan, catalog), io_concurrency=io.concurrency)
     max_arg = max((len(pickle.dumps(p)) for p in todo), default=0)
 
     records: list[dict[str, Any]] = []
@@ -406,6 +417,11 @@ def _run(
         r.pop("mask_rules", None)
         r.pop("clear", None)
     report["network"] = network
+    report["io"] = {
+        **io.as_report(),
+        "prefetch_mb": config.execution.prefetch_mb,
+        "prefetch_peak_mb": max((r.get("prefetch_peak_mb", 0.0) for r in records), default=0.0),
+    }
     report["memory"] = {
         "driver_peak_mb": peak_rss_mb(),
         "worker_peak_mb": info["worker_peak_mb"],

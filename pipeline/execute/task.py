@@ -20,7 +20,8 @@ from pipeline.execute.context import TaskContext
 from pipeline.execute.masks import MASKS
 from pipeline.execute.warmup import rss_mb, worker_name
 from pipeline.inputs import netstats
-from pipeline.inputs.read import configure_reads, open_count, read_window
+from pipeline.inputs.prefetch import Prefetch
+from pipeline.inputs.read import configure_reads, open_count
 from pipeline.planning.grid import offset_transform
 from pipeline.planning.plan import BandSpec, ChunkJob, Partition, SourceWindow
 from pipeline.resample import FirstValid, compiled, fuse_arrays
@@ -78,6 +79,7 @@ def _fuse_layer(
     sources: tuple[SourceWindow, ...],
     band: BandSpec,
     tally: _Tally,
+    reads: Prefetch,
 ) -> np.ndarray | None:
     """One date's tiles of one chunk, each masked (``mask``), resampled and fused; None where no tile
     gave a pixel."""
@@ -96,12 +98,13 @@ def _fuse_layer(
             pending = mosaic.pending(dst_window)
             if pending is None:
                 tally.windows_skipped += 1
+                reads.skip(src)
                 continue
             dst_window = pending
         dr, dc, dh, dw = dst_window
         t0 = time.perf_counter()
         try:
-            data = read_window(src)
+            data = reads.take(src)
             t1 = time.perf_counter()
             tally.read_s += t1 - t0
             if src.mask is not None:
@@ -174,6 +177,16 @@ def _clear_histogram(tally: _Tally, job: ChunkJob, count: np.ndarray) -> None:
         mine[k] += n
 
 
+def _read_order(ctx: TaskContext, partition: Partition) -> list[SourceWindow]:
+    """The windows of ``partition`` in the order its jobs read them (:func:`_fuse_layer`'s order)."""
+    last = _picks_one(ctx) and ctx.fuse == "last"
+    out: list[SourceWindow] = []
+    for job in partition.jobs:
+        for group in [job.sources] if ctx.reducer is None else _layers(job.sources):
+            out += group[::-1] if last else group
+    return out
+
+
 def _layers(sources: tuple[SourceWindow, ...]) -> list[tuple[SourceWindow, ...]]:
     """A job's sources split by date (they come in date order, each date's in fuse order)."""
     out: list[list[SourceWindow]] = []
@@ -223,6 +236,47 @@ class _Chunks:
         self.tally.write_s += time.perf_counter() - t0
 
 
+def _run_jobs(
+    partition: Partition,
+    ctx: TaskContext,
+    bands: dict[str, BandSpec],
+    chunks: _Chunks,
+    tally: _Tally,
+    fit: list[float],
+    xp: Any,
+    reads: Prefetch,
+) -> None:
+    """Each chunk job of ``partition``: its dates fused (and reduced, for a composite), then put."""
+    for job in partition.jobs:
+        t_job, mb_job = time.perf_counter(), tally.bytes_read + tally.bytes_written
+        band = bands[job.band]
+        h, w = job.window[2:]
+        if ctx.reducer is None:
+            values = _fuse_layer(ctx, job, job.sources, band, tally, reads)
+            if values is not None:
+                chunks.put(band, job.t, job.window, values)
+        else:
+            reduction = Reduction(ctx.reducer, (h, w), band.layer_dtype, band.layer_nodata, xp=xp)
+            seen = False
+            for layer in _layers(job.sources):
+                fused = _fuse_layer(ctx, job, layer, band, tally, reads)
+                if fused is not None:
+                    t0 = time.perf_counter()
+                    reduction.add(xp.asarray(fused))
+                    tally.reduce_s += time.perf_counter() - t0
+                    seen = True
+            if seen:
+                t0 = time.perf_counter()
+                values, count = (to_host(a) for a in reduction.result())
+                tally.reduce_s += time.perf_counter() - t0
+                chunks.put(band, job.t, job.window, values)
+                if job.band == ctx.bands[0].name:
+                    if ctx.count_band is not None:
+                        chunks.put(ctx.count_band, job.t, job.window, count)
+                    _clear_histogram(tally, job, count)
+        _add_chunk(fit, (tally.bytes_read + tally.bytes_written - mb_job) / 1e6, time.perf_counter() - t_job)
+
+
 def run_partition(partition: Partition, ctx: TaskContext, device: str = "cpu", reason: str = "") -> dict[str, Any]:
     """Compute and write every chunk of ``partition``; return its timing record.
 
@@ -260,34 +314,17 @@ def _run_partition(partition: Partition, ctx: TaskContext, device: str, reason: 
         import cupy
 
         xp = cupy
-    for job in partition.jobs:
-        t_job, mb_job = time.perf_counter(), tally.bytes_read + tally.bytes_written
-        band = bands[job.band]
-        h, w = job.window[2:]
-        if ctx.reducer is None:
-            values = _fuse_layer(ctx, job, job.sources, band, tally)
-            if values is not None:
-                chunks.put(band, job.t, job.window, values)
-        else:
-            reduction = Reduction(ctx.reducer, (h, w), band.layer_dtype, band.layer_nodata, xp=xp)
-            seen = False
-            for layer in _layers(job.sources):
-                fused = _fuse_layer(ctx, job, layer, band, tally)
-                if fused is not None:
-                    t0 = time.perf_counter()
-                    reduction.add(xp.asarray(fused))
-                    tally.reduce_s += time.perf_counter() - t0
-                    seen = True
-            if seen:
-                t0 = time.perf_counter()
-                values, count = (to_host(a) for a in reduction.result())
-                tally.reduce_s += time.perf_counter() - t0
-                chunks.put(band, job.t, job.window, values)
-                if job.band == ctx.bands[0].name:
-                    if ctx.count_band is not None:
-                        chunks.put(ctx.count_band, job.t, job.window, count)
-                    _clear_histogram(tally, job, count)
-        _add_chunk(fit, (tally.bytes_read + tally.bytes_written - mb_job) / 1e6, time.perf_counter() - t_job)
+    itemsize = max((np.dtype(b.source_dtype or b.dtype).itemsize for b in ctx.bands), default=8)
+    reads = Prefetch(
+        _read_order(ctx, partition),
+        ctx.io_concurrency,
+        ctx.prefetch_bytes,
+        lambda src: src.window[2] * src.window[3] * itemsize,
+    )
+    try:
+        _run_jobs(partition, ctx, bands, chunks, tally, fit, xp, reads)
+    finally:
+        reads.close()
     t4 = time.perf_counter()
     chunks.close()
     writer.flush()  # a sharded array's shards, each whole
@@ -327,4 +364,6 @@ def _run_partition(partition: Partition, ctx: TaskContext, device: str, reason: 
         "clear": [[t, hist] for t, hist in sorted(tally.clear.items())],
         "network": netstats.take(),
         "rss_mb": rss_mb(),
+        "io_threads": reads.threads,
+        "prefetch_peak_mb": reads.peak_bytes / 1e6,
     }

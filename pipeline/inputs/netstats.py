@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,9 @@ import numpy as np
 _lock = threading.Lock()
 _state: dict[str, Any] = {"lib": None, "enabled": False, "retries_taken": 0, "retries": 0}
 _reads: list[tuple[float, int]] = []  # (seconds, bytes needed) per remote read since the last take
+_flight: dict[str, float] = {"now": 0, "max": 0, "since": 0.0, "busy_s": 0.0, "area_s": 0.0}
+"""Remote reads in flight in this process now, the most at once and the seconds with at least one in
+flight since the last take (and since when the current such stretch runs)."""
 
 
 def _gdal() -> Any:
@@ -126,15 +130,46 @@ def _take_counters() -> tuple[int, int]:
     return requests, fetched
 
 
-def record_read(seconds: float, bytes_needed: int) -> None:
-    """One remote windowed read: how long it took and the compressed bytes of the blocks it covers."""
+def begin_read() -> None:
+    """A remote windowed read starts (each one ends with :func:`record_read`)."""
+    now = time.perf_counter()
     with _lock:
-        _reads.append((seconds, bytes_needed))
+        if _flight["now"] == 0:
+            _flight["since"] = now
+        _flight["now"] += 1
+        _flight["max"] = max(_flight["max"], _flight["now"])
+
+
+def record_read(seconds: float, bytes_needed: int, opening_s: float = 0.0) -> None:
+    """One remote windowed read ended: how long it took and the compressed bytes of the blocks it covers;
+    ``opening_s``: the seconds before it spent opening the file (its header's request) or waiting for a
+    dataset of it, counted in its latency but not in flight."""
+    now = time.perf_counter()
+    with _lock:
+        _reads.append((seconds + opening_s, bytes_needed))
+        _flight["area_s"] += seconds
+        _flight["now"] = max(_flight["now"] - 1, 0)
+        if _flight["now"] == 0:
+            _flight["busy_s"] += now - _flight["since"]
+
+
+def _take_flight() -> dict[str, float]:
+    """Seconds with a read in flight and the most in flight since the last take (under ``_lock``)."""
+    now = time.perf_counter()
+    busy = _flight["busy_s"]
+    if _flight["now"]:
+        busy += now - _flight["since"]
+        _flight["since"] = now
+    out = {"busy_s": round(busy, 6), "area_s": round(_flight["area_s"], 6), "max": int(_flight["max"])}
+    _flight["busy_s"], _flight["area_s"], _flight["max"] = 0.0, 0.0, _flight["now"]
+    return out
 
 
 def take() -> dict[str, Any] | None:
     """What this process fetched since the last call: {requests, bytes_fetched, bytes_needed, retries,
-    read_ms: [...]}, or None when it read nothing remote."""
+    read_ms: [...], in_flight: {busy_s, max}}, or None when it read nothing remote. ``in_flight``: the
+    seconds this process had a read in flight and the most at once; with the reads' summed seconds, the
+    mean number in flight while any was (:func:`summarise`)."""
     if not _state["enabled"]:
         return None
     with _lock:
@@ -143,7 +178,9 @@ def take() -> dict[str, Any] | None:
         _state["retries_taken"] = _state["retries"]
         reads = list(_reads)
         _reads.clear()
+        flight = _take_flight()
     return {
+        "in_flight": flight,
         "requests": requests,
         "bytes_fetched": fetched,
         "retries": retries,
@@ -156,6 +193,9 @@ def summarise(parts: list[dict[str, Any] | None]) -> dict[str, Any]:
     """The report's ``network`` section from per-task (and the catalog's) parts."""
     got = [p for p in parts if p]
     ms = np.array([m for p in got for m in p.get("read_ms", [])], dtype="f8")
+    busy = sum((p.get("in_flight") or {}).get("busy_s", 0.0) for p in got)
+    area = sum((p.get("in_flight") or {}).get("area_s", 0.0) for p in got)
+    fetched = int(sum(p["bytes_fetched"] for p in got))
     return {
         "requests": int(sum(p["requests"] for p in got)),
         "bytes_fetched": int(sum(p["bytes_fetched"] for p in got)),
@@ -166,4 +206,12 @@ def summarise(parts: list[dict[str, Any] | None]) -> dict[str, Any]:
             "p99": float(np.percentile(ms, 99)) if ms.size else None,
         },
         "latency_of": "remote windowed reads (open if not yet open + read), not single HTTP requests",
+        "in_flight": {
+            "mean": round(area / busy, 2) if busy > 0 else None,
+            "max": max((int((p.get("in_flight") or {}).get("max", 0)) for p in got), default=0),
+        },
+        "in_flight_of": "remote windowed reads in flight in one worker process, each one or more HTTP requests; "
+        "mean: while any was",
+        "read_busy_s": round(busy, 3),
+        "mb_per_s": round(fetched / 1e6 / busy, 1) if busy > 0 else None,
     }

@@ -1,12 +1,12 @@
 """Windowed reads: only the window and overview level a chunk needs.
 
-Tasks carry paths and windows (never open handles); each worker thread opens
-a file lazily once and keeps it in a small LRU cache, so a file touched by
-many chunks of a partition (or of later partitions on the same worker) is
-opened once.
+Tasks carry paths and windows (never open handles); a worker process opens
+a file lazily once and keeps it in a small LRU cache that its threads share,
+each dataset used by one thread at a time, so a file touched by many chunks
+of a partition (or of later partitions on the same worker) is opened once.
 
 Paths that are URLs (``s3://``, ``https://``) are read through GDAL's ``/vsis3/`` and ``/vsicurl/``
-inside one ``rasterio.Env`` per worker thread, entered on the first remote open and kept: the cloud
+inside one ``rasterio.Env`` per worker thread, entered on the thread's first remote read and kept: the cloud
 defaults, the endpoint and ``inputs.gdal_env`` (:func:`pipeline.storage.gdal_options`), and an AWS
 session whose credentials this process resolves from its own AWS chain (never from the task graph).
 """
@@ -117,25 +117,102 @@ def open_count() -> int:
     return _opens[0]
 
 
+class _Handle:
+    """One open dataset of this process, and the lock its user holds: GDAL lets a dataset be used by one
+    thread at a time, from any thread."""
+
+    __slots__ = ("ds", "lock", "dropped")
+
+    def __init__(self) -> None:
+        self.ds: Any = None
+        self.lock = threading.Lock()
+        self.dropped = False
+        """Out of the cache (evicted, or its read failed): closed by the thread that holds it."""
+
+
+HANDLES_PER_FILE = 8
+"""Datasets of one remote file a process keeps open at once: as many of its windows read at once, each
+waiting on its own requests (a file's second open costs CPU only: GDAL keeps the header it fetched). A
+local file has one: its reads wait on no round trip, and take turns."""
+_handles: OrderedDict[tuple[str, int], list[_Handle]] = OrderedDict()
+_handles_lock = threading.Lock()
+_handles_run = [""]  # the run the open datasets are for
+
+
+def _acquire(path: str, level: int, most: int) -> _Handle:
+    """A handle of (``path``, ``level``) for this thread alone (its lock held; :func:`_release` it): a free
+    one, else a new one up to ``most``, else the next to be freed. Files past
+    :data:`MAX_OPEN_FILES` that no thread holds are closed, least recently used first, and all of them
+    when a new run starts.
+
+    One cache for the process, not one per thread: a worker's I/O threads (:mod:`pipeline.inputs.prefetch`)
+    share each file's datasets, where a cache per thread opened every file once per thread."""
+    stale: list[_Handle] = []
+    with _handles_lock:
+        if _handles_run[0] != _settings[2]:
+            for group in _handles.values():
+                stale += group
+            _handles.clear()
+            _handles_run[0] = _settings[2]
+        key = (path, level)
+        group = _handles.setdefault(key, [])
+        _handles.move_to_end(key)
+        handle = next((h for h in group if h.lock.acquire(blocking=False)), None)
+        if handle is None and len(group) < most:
+            handle = _Handle()
+            handle.lock.acquire()
+            group.append(handle)
+        waits = handle is None
+        if handle is None:  # every one in use: wait for one
+            handle = group[_opens[0] % len(group)]
+        for old_key in list(_handles)[: max(len(_handles) - MAX_OPEN_FILES, 0)]:
+            old = _handles[old_key]
+            held = [h for h in old if h.lock.acquire(blocking=False)]
+            if len(held) == len(old):  # none in use: closed below
+                del _handles[old_key]
+                stale += held
+            for h in held:
+                h.lock.release()
+        for h in stale:
+            h.dropped = True
+    for h in stale:
+        with h.lock:
+            _close(h)
+    if waits:
+        handle.lock.acquire()
+    return handle
+
+
+def _close(handle: _Handle) -> None:
+    if handle.ds is not None:
+        handle.ds.close()
+        handle.ds = None
+
+
+def _release(handle: _Handle) -> None:
+    """Give ``handle`` back; one dropped from the cache meanwhile is closed."""
+    if handle.dropped:
+        _close(handle)
+    handle.lock.release()
+
+
+def _forget(path: str, level: int, handle: _Handle) -> None:
+    """Drop ``handle`` (held by the caller) after a failed read: the next read of the file opens afresh."""
+    with _handles_lock:
+        group = _handles.get((path, level))
+        if group is not None and handle in group:
+            group.remove(handle)
+        handle.dropped = True
+
+
 def _open_dataset(path: str, level: int) -> Any:
+    """Open (``path``, ``level``); the caller holds its handle's lock."""
     import rasterio
 
-    cache: OrderedDict[tuple[str, int], Any] | None = getattr(_local, "datasets", None)
-    if cache is None or getattr(_local, "run", None) != _settings[2]:
-        for old in (cache or {}).values():
-            old.close()
-        cache = _local.datasets = OrderedDict()
-        _local.run = _settings[2]
-    key = (path, level)
-    ds = cache.get(key)
-    if ds is not None:
-        cache.move_to_end(key)
-        return ds
     kwargs = {} if level < 0 else {"overview_level": level}
     if is_url(path):
         from pipeline.storage import vsi_path
 
-        _enter_cloud_env()
         ds = _open_with_read_options(vsi_path(path), kwargs)
     else:
         if not rasterio.env.hasenv():
@@ -143,11 +220,8 @@ def _open_dataset(path: str, level: int) -> Any:
             # every open (~0.4 ms of ~2 ms); this one stays (an Env entered later restores it when it leaves).
             rasterio.env.defenv()
         ds = _open_with_read_options(path, kwargs)
-    _opens[0] += 1
-    cache[key] = ds
-    while len(cache) > MAX_OPEN_FILES:
-        _, old = cache.popitem(last=False)
-        old.close()
+    with _handles_lock:
+        _opens[0] += 1
     return ds
 
 
@@ -204,22 +278,29 @@ def read_window(src: SourceWindow) -> np.ndarray:
     failure = None
     remote = is_url(src.path)
     t_start = time.perf_counter()
+    if remote:
+        _enter_cloud_env()  # each thread that reads or opens: GDAL takes the options of the calling thread
+    handle = _acquire(src.path, src.overview_level, HANDLES_PER_FILE if remote else 1)
     try:
-        ds = _open_dataset(src.path, src.overview_level)
+        if handle.ds is None:
+            handle.ds = _open_dataset(src.path, src.overview_level)
+        ds = handle.ds
         problem = geometry_mismatch(ds, src)
         if problem:
             raise TileReadError(src.path, f"{problem} ({where})")
-        data = ds.read(src.band_index, window=Window(c0, r0, w, h))
         if remote:
-            netstats.record_read(time.perf_counter() - t_start, _block_bytes(ds, r0, c0, h, w))
+            t_read = time.perf_counter()
+            netstats.begin_read()
+            try:
+                data = ds.read(src.band_index, window=Window(c0, r0, w, h))
+            finally:
+                netstats.record_read(time.perf_counter() - t_read, _block_bytes(ds, r0, c0, h, w), t_read - t_start)
+        else:
+            data = ds.read(src.band_index, window=Window(c0, r0, w, h))
     except TileReadError:
         raise
     except input_errors() as e:  # truncated, corrupt or missing files; anything else is a bug: it propagates
-        cache = getattr(_local, "datasets", None)
-        if cache:
-            stale = cache.pop((src.path, src.overview_level), None)
-            if stale is not None:
-                stale.close()
+        _forget(src.path, src.overview_level, handle)
         detail = f"{e} ({e.__cause__})" if e.__cause__ else str(e)
         advice = "the file may be truncated, corrupt or gone"
         if remote:
@@ -228,6 +309,8 @@ def read_window(src: SourceWindow) -> np.ndarray:
             detail = redact(detail)
             advice = "the object may be corrupt or gone, or this worker's AWS credentials refused"
         failure = f"read failed ({where}): {detail}; {advice}"
+    finally:
+        _release(handle)
     if failure is not None:
         # Raised outside the except block and chained to a plain OSError: GDAL's exception types do not
         # survive pickling back from a Dask worker, and distributed would hand back a bare Exception.

@@ -1,0 +1,125 @@
+"""How many windows a worker reads at once (``execution.io_concurrency``), from what the store answers.
+
+A request to an object store waits a round trip (``L``, tens of ms) before its first byte, then
+streams at the link's bandwidth ``B``. One request of ``s`` bytes takes ``L + s/B``, of which the link
+is busy ``s/B``; to keep it busy a worker needs ``1 + L·B/s`` requests in flight: the bandwidth-delay
+product ``L·B`` over the request size. ``auto`` measures ``L`` and ``B`` on one input object before
+the tasks start (a few small range GETs, then one larger one: ~5 round trips), takes ``s`` from the
+plan (the compressed bytes of an average window), and bounds the result by :data:`MAX_IN_FLIGHT`.
+Local files have no round trip to hide: :data:`LOCAL_READ_AHEAD` threads read ahead of the resampling.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pipeline.config import is_url
+
+MAX_IN_FLIGHT = 64
+"""The most windows a worker reads at once under ``auto``: past it, a worker's threads cost more than the
+latency they hide (and a cluster of many workers asks a bucket for thousands of requests at once)."""
+MIN_IN_FLIGHT = 2
+LOCAL_READ_AHEAD = 2
+"""Windows read at once from local files: one being read while the task resamples the last."""
+SMALL_GET = 16 << 10
+LARGE_GET = 4 << 20
+
+
+@dataclass(frozen=True)
+class IoChoice:
+    """``execution.io_concurrency`` as a run uses it, and why (the report's ``io``)."""
+
+    concurrency: int
+    chosen_by: str
+    """``config`` (set), ``auto`` (measured) or ``local`` (local files)."""
+    why: str
+    latency_ms: float | None = None
+    """The store's first-byte time, measured (median of the small GETs after the first)."""
+    mb_per_s: float | None = None
+    """One request's bandwidth past its first byte, measured."""
+    request_kb: float | None = None
+    """The average window's compressed size, from the plan."""
+
+    def as_report(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _key_and_store(url: str, storage: Any) -> tuple[Any, str]:
+    from urllib.parse import urlsplit
+
+    from pipeline.storage import object_store, split_url
+
+    if url.lower().startswith("s3://"):
+        bucket, key = split_url(url)
+        return object_store(f"s3://{bucket}", storage), key
+    parts = urlsplit(url)
+    return object_store(f"{parts.scheme}://{parts.netloc}", storage), parts.path.lstrip("/")
+
+
+def probe(url: str, storage: Any, small: int = 4) -> tuple[float, float]:
+    """(first-byte seconds, bytes per second past it) of the store holding ``url``: ``small`` range GETs of
+    16 KB (the first opens the connection and is not counted), then one of up to 4 MB."""
+    import obstore
+
+    store, key = _key_and_store(url, storage)
+    times = []
+    size = None
+    for _ in range(small):
+        t = time.perf_counter()
+        got = obstore.get(store, key, options={"range": (0, SMALL_GET)})
+        size = got.meta["size"]
+        got.bytes()
+        times.append(time.perf_counter() - t)
+    latency = statistics.median(times[1:]) if len(times) > 1 else times[0]
+    n = min(int(size or 0), LARGE_GET)
+    t = time.perf_counter()
+    data = obstore.get_range(store, key, start=0, end=max(n, 1))
+    streamed = time.perf_counter() - t - latency
+    return latency, len(data) / max(streamed, 1e-4)
+
+
+def bandwidth_delay(latency_s: float, bytes_per_s: float, request_bytes: float) -> int:
+    """Windows in flight that keep one worker's link busy: ``1 + L·B/s``, within
+    [:data:`MIN_IN_FLIGHT`, :data:`MAX_IN_FLIGHT`]."""
+    n = 1 + math.ceil(latency_s * bytes_per_s / max(request_bytes, 1.0))
+    return max(MIN_IN_FLIGHT, min(MAX_IN_FLIGHT, n))
+
+
+def choose_io(setting: int | None, paths: Sequence[str], storage: Any, request_bytes: float) -> IoChoice:
+    """``execution.io_concurrency`` for a run reading ``paths``: ``setting`` where the config sets it; else
+    :data:`LOCAL_READ_AHEAD` for local files, and for remote ones the bandwidth-delay product measured on
+    the first of them (:func:`probe`)."""
+    if setting is not None:
+        return IoChoice(setting, "config", f"execution.io_concurrency: {setting}")
+    remote = next((p for p in paths if is_url(p)), None)
+    if remote is None:
+        return IoChoice(
+            LOCAL_READ_AHEAD, "local", f"local files: {LOCAL_READ_AHEAD} (one read ahead of the resampling)"
+        )
+    try:
+        latency, rate = probe(remote, storage)
+    except Exception as e:  # noqa: BLE001 - a store that cannot be measured is read all the same
+        from pipeline.storage import redact
+
+        n = MAX_IN_FLIGHT // 4
+        return IoChoice(n, "auto", f"the store could not be measured ({redact(str(e))[:200]}): {n}")
+    n = bandwidth_delay(latency, rate, request_bytes)
+    why = (
+        f"{n} = 1 + latency {latency * 1e3:.1f} ms x {rate / 1e6:.0f} MB/s / {request_bytes / 1e3:.0f} KB a window"
+        + (f", capped at {MAX_IN_FLIGHT}" if n == MAX_IN_FLIGHT else "")
+        + (f", at least {MIN_IN_FLIGHT}" if n == MIN_IN_FLIGHT else "")
+    )
+    return IoChoice(n, "auto", why, round(latency * 1e3, 2), round(rate / 1e6, 1), round(request_bytes / 1e3, 1))
+
+
+def request_bytes(sizes: Any, pixels_bytes: Any, bytes_read: int, windows: int) -> float:
+    """The average window's compressed bytes: the plan's pixel bytes to read, at the files' compression
+    (``sizes`` over ``pixels_bytes``, per file), over its windows."""
+    raw = float(sum(pixels_bytes))
+    ratio = float(sum(sizes)) / raw if raw > 0 else 1.0
+    return bytes_read * ratio / max(windows, 1)
