@@ -122,6 +122,8 @@ def _projection(report: dict[str, Any]) -> str:
         answer = f"out of reach: the serial driver work alone ({e['serial_driver_s']:.0f} s) exceeds 3 minutes"
     else:
         answer = f"~{e['workers_needed']:,} single-threaded workers, limited by {e['limiting_stage']}"
+        if e["network"]["in_flight_cluster"] is not None:
+            answer += f"; {e['network']['in_flight_cluster']:,.0f} requests in flight across the cluster"
     return (
         f"<p class='answer'><b>{_e(CASE_STUDY_QUESTION)}</b><br>{_e(answer)}</p>"
         f"<pre>{_e(format_estimate(e, 'At full scale, from this run (driver planning extrapolated per file):'))}</pre>"

@@ -5,13 +5,17 @@ is to be done). Task stages spread over workers: ``read``, ``mask``, ``resample`
 and ``reduce`` are charged per decoded byte read, ``write`` per raw byte written; where another plan's
 wall is projected (:func:`project_wall`), resampling is charged per byte and per coordinate map made
 (:func:`map_costs`). Driver stages (planning, finalising; indexing unless the index is trusted) are
-serial and charged per file. Workers are single-threaded and as fast as the measured ones.
+serial and charged per file. Workers are single-threaded and as fast as the measured ones. The bucket
+is priced apart (:mod:`pipeline.report.network_sizing`): its requests' latency and bandwidth over the
+reads in flight; the workers needed are the larger of the compute-bound and network-bound counts.
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any
+
+from pipeline.report.network_sizing import combine, format_network, measure_network, price_network
 
 TASK_STAGES = ("read", "mask", "resample", "reduce", "write")
 PER_BYTE_READ = ("read", "mask", "resample", "reduce")
@@ -78,10 +82,13 @@ def estimate_workers(
     }
 
 
-def estimate_for_plan(report: dict[str, Any], plan_summary: dict[str, Any], target_s: float) -> dict[str, Any]:
+def estimate_for_plan(
+    report: dict[str, Any], plan_summary: dict[str, Any], target_s: float, latency_ms: float | None = None
+) -> dict[str, Any]:
     """``pipeline plan --from-report``: the plan's bytes at the report's measured costs; the plan's own
-    measured index+plan time as the serial driver work."""
-    return estimate_workers(
+    measured index+plan time as the serial driver work; the bucket priced from the report's remote reads,
+    else from the plan's source windows at ``latency_ms`` (:func:`price_bucket`)."""
+    e = estimate_workers(
         measure_costs(report),
         bytes_read=plan_summary["bytes_to_read"],
         bytes_written=plan_summary["bytes_out"],
@@ -89,6 +96,29 @@ def estimate_for_plan(report: dict[str, Any], plan_summary: dict[str, Any], targ
         target_s=target_s,
         driver_s=plan_summary["driver_s"],
     )
+    return price_bucket(e, report, plan_summary["inputs"]["bytes"], plan_summary.get("windows"), latency_ms)
+
+
+def price_bucket(
+    e: dict[str, Any],
+    report: dict[str, Any],
+    input_bytes: float,
+    windows: float | None = None,
+    latency_ms: float | None = None,
+) -> dict[str, Any]:
+    """An estimate (:func:`estimate_workers`) with the bucket priced (:mod:`pipeline.report.network_sizing`)
+    over the seconds the tasks have (the target less the serial driver work): ``input_bytes`` the files'
+    bytes, ``windows`` the plan's source windows (else at the report's windows per byte)."""
+    network = price_network(
+        measure_network(report),
+        bytes_read=e["bytes_read"],
+        input_bytes=input_bytes,
+        files=e["files"],
+        budget_s=e["target_s"] - e["serial_driver_s"],
+        windows=windows,
+        latency_ms=latency_ms,
+    )
+    return combine(e, network)
 
 
 MIN_FIT_TASKS = 5
@@ -158,12 +188,18 @@ def project_wall(report: dict[str, Any], plan_summary: dict[str, Any], workers: 
 
 
 def project_bytes(
-    report: dict[str, Any], files: int, input_bytes: float, target_s: float, driver_s: float | None = None
+    report: dict[str, Any],
+    files: int,
+    input_bytes: float,
+    target_s: float,
+    driver_s: float | None = None,
+    latency_ms: float | None = None,
 ) -> dict[str, Any]:
     """Scale by input file bytes: for an archive whose files are larger than the measured ones.
-    ``driver_s``: the index+plan time measured on a plan of ``files`` files (else extrapolated per file)."""
+    ``driver_s``: the index+plan time measured on a plan of ``files`` files (else extrapolated per file);
+    the bucket priced per byte read too (:func:`price_bucket`)."""
     scale = input_bytes / max(report["inputs"]["bytes"], 1)
-    return estimate_workers(
+    e = estimate_workers(
         measure_costs(report),
         bytes_read=report["inputs"]["bytes_read"] * scale,
         bytes_written=sum(t["bytes_written"] for t in report["tasks"]) * scale,
@@ -171,15 +207,19 @@ def project_bytes(
         target_s=target_s,
         driver_s=driver_s,
     )
+    return price_bucket(e, report, input_bytes, latency_ms=latency_ms)
 
 
-def project_case_study(report: dict[str, Any], driver_s: float | None = None) -> dict[str, Any]:
+def project_case_study(
+    report: dict[str, Any], driver_s: float | None = None, latency_ms: float | None = None
+) -> dict[str, Any]:
     """The answer to :data:`CASE_STUDY_QUESTION`: this run's per-byte costs applied to 7 TB of input."""
-    return project_bytes(report, FULL_FILES, FULL_BYTES, TARGET_S, driver_s)
+    return project_bytes(report, FULL_FILES, FULL_BYTES, TARGET_S, driver_s, latency_ms)
 
 
 def format_estimate(e: dict[str, Any], title: str) -> str:
-    """An estimate (:func:`estimate_for_plan`) as text: bytes, task-seconds per stage and the workers it needs."""
+    """An estimate (:func:`estimate_for_plan`) as text: bytes, task-seconds per stage, the bucket's requests,
+    latency, bandwidth and reads in flight, and the workers it needs."""
     total = sum(e["task_s"].values()) or 1.0
     lines = [
         f"{title}",
@@ -189,11 +229,15 @@ def format_estimate(e: dict[str, Any], title: str) -> str:
         + ")",
         f"  serial driver work {e['serial_driver_s']:.1f} s (planning {e['files']:,} files, finalising)",
     ]
+    if e.get("network"):
+        lines += format_network(e["network"], e["workers_needed"])
     if e["workers_needed"] is None:
         lines.append(f"  {e['target_s']:.0f} s is out of reach: the serial driver work alone exceeds it")
     else:
+        both = e.get("workers_network") is not None
         lines.append(
             f"  ~{e['workers_needed']:,} single-threaded workers to finish in {e['target_s']:.0f} s; "
             f"limited by {e['limiting_stage']}"
+            + (f" (compute-bound {e['workers_compute']:,}, network-bound {e['workers_network']:,})" if both else "")
         )
     return "\n".join(lines)
