@@ -1,4 +1,4 @@
-"""Which GDAL reads which layout of the store: the README's table, "Who reads the store".
+"""Which GDAL reads which layout of the store: docs/output.md's table, "Who reads the store".
 
     .venv/bin/python bench/readers.py write OUT     # stores of the small fixture in every layout and codec,
                                                     # and what xarray reads from each (OUT/ref.npz)

@@ -49,7 +49,7 @@ def test_gdal_reads_the_values_and_georeferencing_xarray_reads(small_config: Any
     cube = xr.open_zarr(cfg.output.path, mask_and_scale=False)
     band = "B02"
     name = f'ZARR:"{cfg.output.path}":/{band}'
-    if layout not in gdal_reads(rasterio.__gdal_version__):  # the README's table: it must fail
+    if layout not in gdal_reads(rasterio.__gdal_version__):  # docs/output.md's table: it must fail
         with pytest.raises(RasterioIOError, match="Unsupported codec"):
             rasterio.open(name)
         return

@@ -88,7 +88,7 @@ def consolidated_json(root_attrs: dict[str, Any], children: dict[str, dict[str, 
 
 
 GDAL_READS_FROM = {"v2": (3, 4), "v3": (3, 12), "v3-sharded": (3, 13)}
-"""The oldest GDAL whose Zarr driver reads each layout of the store (README, "Who reads the store").
+"""The oldest GDAL whose Zarr driver reads each layout of the store (docs/output.md, "Who reads the store").
 v2: every GDAL with the driver (3.6.2, 3.10.3, 3.12.2 checked); v3: 3.10.3 fails ("Unsupported codec:
 bytes"), 3.12.2 reads; v3 with shards: 3.12.2 fails ("Unsupported codec: sharding_indexed"), GDAL's
 documentation gives 3.13. ``tests/test_readers.py`` holds the installed GDAL to it."""
