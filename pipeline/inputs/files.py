@@ -40,7 +40,7 @@ import numpy as np
 
 from pipeline.config import Config, is_url
 from pipeline.errors import ConfigError, TileReadError
-from pipeline.inputs.headers import read_header
+from pipeline.inputs.headers import fetch_headers, read_header
 from pipeline.inputs.index import _load_index, write_index
 from pipeline.inputs.read import input_errors
 from pipeline.inputs.tiles import INDEX_COLUMNS, Catalog, TileTable, _column, factorize
@@ -178,17 +178,33 @@ def files_catalog(config: Config, max_threads: int = 8, progress: NoProgress | N
         import rasterio  # noqa: F401 - on this thread, before the pool's (`pipeline run` imports it lazily, without boto3)
 
         progress.phase("headers", len(to_read), "headers read")
-        # A remote header is one small range GET that waits a round trip: many at once (the CPU of an open
-        # from memory, ~1 ms, bounds them past that); local ones take turns on the disk.
-        threads = header_threads(config) if any(is_url(p) for p in to_read) else max_threads
-        with ThreadPoolExecutor(min(threads, len(to_read))) as pool:
-            for path, header, error in pool.map(read_one, to_read):
+        found: dict[str, dict[str, Any]] = {}
+        errors: dict[str, str] = {}
+        # A remote header is one small range GET that waits a round trip: many at once, parsed here
+        # (headers.fetch_headers); what that cannot read, and local files, are opened by GDAL on threads.
+        objects = [p for p in to_read if p.lower().startswith("s3://")]
+        by_gdal = [p for p in to_read if not p.lower().startswith("s3://")]
+        for path, header in fetch_headers(objects, config.storage, header_threads(config)) if objects else ():
+            if header is None:
+                by_gdal.append(path)
+            else:
+                found[path] = header
                 progress.add()
-                if header is None:
-                    skipped.append({"path": path, "error": str(error)})
-                else:
-                    size, mtime, etag = stats[path]
-                    fresh.append({"path": path, **header, "size": size, "mtime": mtime, "etag": etag})
+        if by_gdal:
+            threads = header_threads(config) if any(is_url(p) for p in by_gdal) else max_threads
+            with ThreadPoolExecutor(min(threads, len(by_gdal))) as pool:
+                for path, header, error in pool.map(read_one, by_gdal):
+                    progress.add()
+                    if header is None:
+                        errors[path] = str(error)
+                    else:
+                        found[path] = header
+        for path in to_read:  # in listing order, whichever way each was read
+            if path in errors:
+                skipped.append({"path": path, "error": errors[path]})
+            else:
+                size, mtime, etag = stats[path]
+                fresh.append({"path": path, **found[path], "size": size, "mtime": mtime, "etag": etag})
     parts = [TileTable.from_records(fresh, INDEX_COLUMNS)]
     if index is not None and keep_cached:
         cached = set(keep_cached)

@@ -4,6 +4,7 @@ read through GDAL (``/vsis3/``, ``/vsicurl/`` for URLs). Every source that opens
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -22,11 +23,56 @@ def read_header(path: str, config: Config | None = None) -> dict[str, Any]:
         storage = config.storage if config is not None else default_storage()
         gdal_env = config.inputs.gdal_env if config is not None else {}
         try:
-            with cloud_env(storage, gdal_env):
+            with cloud_env(storage, {**HEADER_OPTIONS, **gdal_env}):
                 return _read_header(vsi_path(path), path)
         except TileReadError as e:
             raise TileReadError(path, redact(e.problem)) from None
     return _read_header(path, path)
+
+
+def fetch_headers(urls: list[str], storage: Any, in_flight: int) -> Iterator[tuple[str, dict[str, Any] | None]]:
+    """Each ``s3://`` URL's header fields from its first :data:`~pipeline.inputs.tiffheader.HEAD_BYTES`
+    (one range GET, ``in_flight`` at once, by obstore on a thread of its own), as they come; None for one
+    that GDAL must read (:func:`~pipeline.inputs.tiffheader.parse_header` could not, or the GET failed:
+    GDAL's open then says why)."""
+    import asyncio
+    import queue
+    import threading
+
+    import obstore
+
+    from pipeline.inputs import netstats
+    from pipeline.inputs.tiffheader import HEAD_BYTES, parse_header
+    from pipeline.storage import object_store, split_url
+
+    stores: dict[str, Any] = {}
+    done: queue.Queue[tuple[str, dict[str, Any] | None]] = queue.Queue()
+
+    async def one(url: str, gate: asyncio.Semaphore) -> None:
+        bucket, key = split_url(url)
+        header = None
+        async with gate:
+            try:
+                store = stores.get(bucket)
+                if store is None:
+                    store = stores[bucket] = object_store(f"s3://{bucket}", storage)
+                head = bytes(await obstore.get_range_async(store, key, start=0, length=HEAD_BYTES))
+                netstats.record_requests(1, len(head))
+                header = parse_header(head)
+            except Exception:  # noqa: BLE001 - whatever the store says, GDAL's open says it again, as for any file
+                header = None
+        done.put((url, header))
+
+    async def every() -> None:
+        gate = asyncio.Semaphore(in_flight)
+        await asyncio.gather(*(one(u, gate) for u in urls))
+
+    # A thread of its own: the caller may be inside an event loop (a notebook), where asyncio.run refuses.
+    thread = threading.Thread(target=asyncio.run, args=(every(),), daemon=True, name="pipeline-headers")
+    thread.start()
+    for _ in urls:
+        yield done.get()
+    thread.join()
 
 
 def _read_header(source: str, path: str) -> dict[str, Any]:
@@ -117,3 +163,7 @@ def _gdal_overview_sizes(source: str) -> list[int] | None:
 
 
 GDAL_OF_RASTER = 0x02
+HEADER_OPTIONS = {"CPL_VSIL_CURL_CHUNK_SIZE": "32768"}
+"""GDAL options for reading a remote header (``inputs.gdal_env`` over them): the first request fetches
+32 KB (``GDAL_INGESTED_BYTES_AT_OPEN``) where the reads' 256 KB chunk would fetch 8 times what a COG's
+header needs (2,048 headers: 4.5 -> ? ms of CPU each, the server's too; ``bench/headers_s3.py``)."""

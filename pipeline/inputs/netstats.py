@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 _lock = threading.Lock()
-_state: dict[str, Any] = {"lib": None, "enabled": False, "retries_taken": 0, "retries": 0}
+_state: dict[str, Any] = {"lib": None, "enabled": False, "retries_taken": 0, "retries": 0, "other": [0, 0]}
 _reads: list[tuple[float, int]] = []  # (seconds, bytes needed) per remote read since the last take
 _flight: dict[str, float] = {"now": 0, "max": 0, "since": 0.0, "busy_s": 0.0, "area_s": 0.0}
 """Remote reads in flight in this process now, the most at once and the seconds with at least one in
@@ -130,6 +130,14 @@ def _take_counters() -> tuple[int, int]:
     return requests, fetched
 
 
+def record_requests(requests: int, fetched: int) -> None:
+    """Requests made outside GDAL (obstore's header GETs, :func:`pipeline.inputs.headers.fetch_headers`),
+    counted with GDAL's."""
+    with _lock:
+        _state["other"][0] += requests
+        _state["other"][1] += fetched
+
+
 def begin_read() -> None:
     """A remote windowed read starts (each one ends with :func:`record_read`)."""
     now = time.perf_counter()
@@ -174,6 +182,8 @@ def take() -> dict[str, Any] | None:
         return None
     with _lock:
         requests, fetched = _take_counters()
+        requests, fetched = requests + _state["other"][0], fetched + _state["other"][1]
+        _state["other"] = [0, 0]
         retries = _state["retries"] - _state["retries_taken"]
         _state["retries_taken"] = _state["retries"]
         reads = list(_reads)
