@@ -314,7 +314,7 @@ class ExecutionConfig(Section):
         None,
         description="Windows each worker reads at once, ahead of its resampling (object-store requests in flight "
         "per worker); auto (or null): from the store's measured latency and bandwidth (a bandwidth-delay product), "
-        "2 for local files; 1: one read at a time, when the task comes to it.",
+        "1 for local files: one read at a time, when the task comes to it.",
     )
     prefetch_mb: PosNumber = Field(
         64.0, description="Pixels a worker's read-ahead holds at most, read or being read, MB (one window always)."

@@ -365,5 +365,6 @@ def _run_partition(partition: Partition, ctx: TaskContext, device: str, reason: 
         "network": netstats.take(),
         "rss_mb": rss_mb(),
         "io_threads": reads.threads,
+        "read_io_s": reads.io_s,
         "prefetch_peak_mb": reads.peak_bytes / 1e6,
     }

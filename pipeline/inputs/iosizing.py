@@ -6,7 +6,7 @@ is busy ``s/B``; to keep it busy a worker needs ``1 + L·B/s`` requests in fligh
 product ``L·B`` over the request size. ``auto`` measures ``L`` and ``B`` on one input object before
 the tasks start (a few small range GETs, then one larger one: ~5 round trips), takes ``s`` from the
 plan (the compressed bytes of an average window), and bounds the result by :data:`MAX_IN_FLIGHT`.
-Local files have no round trip to hide: :data:`LOCAL_READ_AHEAD` threads read ahead of the resampling.
+Local files have no round trip to hide: each is read when the task comes to it (:data:`LOCAL_READ_AHEAD`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,12 @@ MAX_IN_FLIGHT = 64
 """The most windows a worker reads at once under ``auto``: past it, a worker's threads cost more than the
 latency they hide (and a cluster of many workers asks a bucket for thousands of requests at once)."""
 MIN_IN_FLIGHT = 2
-LOCAL_READ_AHEAD = 2
-"""Windows read at once from local files: one being read while the task resamples the last."""
+LOCAL_READ_AHEAD = 1
+"""Windows read at once from local files: each when the task comes to it. Reading ahead on 2 threads gave
+the same wall on the case study (2.39 s against 2.39 s, 5 interleaved runs on 2 cores: the workers
+already keep both cores busy decoding and resampling) and moved decoding off the task's stages, where
+the breakdown and the projection count it; ``execution.io_concurrency`` sets it for slow local storage
+(a network file system)."""
 SMALL_GET = 16 << 10
 LARGE_GET = 4 << 20
 
@@ -44,6 +48,9 @@ class IoChoice:
     """One request's bandwidth past its first byte, measured."""
     request_kb: float | None = None
     """The average window's compressed size, from the plan."""
+    auto: int | None = None
+    """What ``auto`` gives for the measured store (measured where the config sets a number too: the
+    ``latency_bound`` check advises it)."""
 
     def as_report(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,38 +90,42 @@ def probe(url: str, storage: Any, small: int = 4) -> tuple[float, float]:
     return latency, len(data) / max(streamed, 1e-4)
 
 
-def bandwidth_delay(latency_s: float, bytes_per_s: float, request_bytes: float) -> int:
+def bandwidth_delay(latency_s: float, bytes_per_s: float, window_bytes: float) -> int:
     """Windows in flight that keep one worker's link busy: ``1 + L·B/s``, within
     [:data:`MIN_IN_FLIGHT`, :data:`MAX_IN_FLIGHT`]."""
-    n = 1 + math.ceil(latency_s * bytes_per_s / max(request_bytes, 1.0))
+    n = 1 + math.ceil(latency_s * bytes_per_s / max(window_bytes, 1.0))
     return max(MIN_IN_FLIGHT, min(MAX_IN_FLIGHT, n))
 
 
-def choose_io(setting: int | None, paths: Sequence[str], storage: Any, request_bytes: float) -> IoChoice:
+def choose_io(setting: int | None, paths: Sequence[str], storage: Any, window_bytes: float) -> IoChoice:
     """``execution.io_concurrency`` for a run reading ``paths``: ``setting`` where the config sets it; else
     :data:`LOCAL_READ_AHEAD` for local files, and for remote ones the bandwidth-delay product measured on
-    the first of them (:func:`probe`)."""
-    if setting is not None:
-        return IoChoice(setting, "config", f"execution.io_concurrency: {setting}")
+    the first of them (:func:`probe`; measured where ``setting`` is given too, for the report)."""
     remote = next((p for p in paths if is_url(p)), None)
     if remote is None:
+        if setting is not None:
+            return IoChoice(setting, "config", f"execution.io_concurrency: {setting}")
         return IoChoice(
-            LOCAL_READ_AHEAD, "local", f"local files: {LOCAL_READ_AHEAD} (one read ahead of the resampling)"
+            LOCAL_READ_AHEAD, "local", f"local files: {LOCAL_READ_AHEAD} (no round trip to hide; each read in turn)"
         )
     try:
         latency, rate = probe(remote, storage)
     except Exception as e:  # noqa: BLE001 - a store that cannot be measured is read all the same
         from pipeline.storage import redact
 
-        n = MAX_IN_FLIGHT // 4
-        return IoChoice(n, "auto", f"the store could not be measured ({redact(str(e))[:200]}): {n}")
-    n = bandwidth_delay(latency, rate, request_bytes)
+        n = setting or MAX_IN_FLIGHT // 4
+        why = f"the store could not be measured ({redact(str(e))[:200]}): {n}"
+        return IoChoice(n, "config" if setting else "auto", why)
+    n = bandwidth_delay(latency, rate, window_bytes)
     why = (
-        f"{n} = 1 + latency {latency * 1e3:.1f} ms x {rate / 1e6:.0f} MB/s / {request_bytes / 1e3:.0f} KB a window"
+        f"{n} = 1 + latency {latency * 1e3:.1f} ms x {rate / 1e6:.0f} MB/s / {window_bytes / 1e3:.0f} KB a window"
         + (f", capped at {MAX_IN_FLIGHT}" if n == MAX_IN_FLIGHT else "")
         + (f", at least {MIN_IN_FLIGHT}" if n == MIN_IN_FLIGHT else "")
     )
-    return IoChoice(n, "auto", why, round(latency * 1e3, 2), round(rate / 1e6, 1), round(request_bytes / 1e3, 1))
+    measured = (round(latency * 1e3, 2), round(rate / 1e6, 1), round(window_bytes / 1e3, 1), n)
+    if setting is not None:
+        return IoChoice(setting, "config", f"execution.io_concurrency: {setting} (auto would be {why})", *measured)
+    return IoChoice(n, "auto", why, *measured)
 
 
 def request_bytes(sizes: Any, pixels_bytes: Any, bytes_read: int, windows: int) -> float:

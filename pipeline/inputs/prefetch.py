@@ -39,6 +39,12 @@ def io_pool(threads: int) -> ThreadPoolExecutor:
         return pool
 
 
+def _timed_read(src: SourceWindow) -> tuple[np.ndarray, float]:
+    t0 = time.perf_counter()
+    data = read_window(src)
+    return data, time.perf_counter() - t0
+
+
 def _key(src: SourceWindow) -> tuple[Any, ...]:
     return (src.path, src.overview_level, src.window, src.band_index)
 
@@ -59,13 +65,15 @@ class Prefetch:
         self.max_bytes = max_bytes
         self._nbytes = nbytes
         self._todo: deque[SourceWindow] = deque(sources) if threads >= 2 else deque()
-        self._ready: dict[tuple[Any, ...], deque[tuple[Future[np.ndarray], int]]] = {}
+        self._ready: dict[tuple[Any, ...], deque[tuple[Future[tuple[np.ndarray, float]], int]]] = {}
         self._held = 0
         self.peak_bytes = 0
         """The most bytes held or being read at once."""
         self.waited_s = 0.0
         """Seconds the task waited for a window it asked for."""
         self.reads = 0
+        self.io_s = 0.0
+        """Seconds the I/O threads spent on the windows taken (reading ahead: overlapped with the task)."""
         self._pool = io_pool(threads) if threads >= 2 else None
         self._fill()
 
@@ -77,7 +85,7 @@ class Prefetch:
             src = self._todo.popleft()
             self._held += n
             self.peak_bytes = max(self.peak_bytes, self._held)
-            self._ready.setdefault(_key(src), deque()).append((self._pool.submit(read_window, src), n))
+            self._ready.setdefault(_key(src), deque()).append((self._pool.submit(_timed_read, src), n))
 
     def take(self, src: SourceWindow) -> np.ndarray:
         """``src``'s pixels, as :func:`~pipeline.inputs.read.read_window` gives them (or raises)."""
@@ -93,7 +101,9 @@ class Prefetch:
             del self._ready[_key(src)]
         t0 = time.perf_counter()
         try:
-            return future.result()
+            data, seconds = future.result()
+            self.io_s += seconds
+            return data
         finally:
             self.waited_s += time.perf_counter() - t0
             self._held -= n

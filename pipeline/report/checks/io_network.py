@@ -1,7 +1,8 @@
 """Checks of I/O: reads against compute (``io_vs_compute``), bytes read per byte written from tiles read at
 full resolution (``overviews``), and storage and the network: the objects a run wrote to a bucket
 (``object_size``) and what remote reads fetched (``read_amplification``), both from
-:mod:`pipeline.report.remote_checks`.
+:mod:`pipeline.report.remote_checks`, and whether they waited on round trips with too few in flight
+(``latency_bound``).
 
 A new check of object storage or of remote reads (its latency, its requests) belongs to this group:
 define it in this module and add it to :func:`check_network`, which puts the network's checks last in
@@ -30,8 +31,10 @@ def check_object_size(report: dict[str, Any]) -> list[dict[str, str]]:
 
 def check_network(report: dict[str, Any]) -> list[dict[str, str]]:
     """The checks of remote reads, from the report's ``network`` record (none where no tile was read
-    remotely): ``read_amplification``. The report's last checks; a new network check is added here."""
-    return network_checks(report.get("network") or {})
+    remotely): ``read_amplification``, ``latency_bound``. The report's last checks; a new network check is
+    added here."""
+    latency = check_latency_bound(report)
+    return [*network_checks(report.get("network") or {}), *([latency] if latency else [])]
 
 
 def check_io_vs_compute(report: dict[str, Any]) -> dict[str, str]:
@@ -110,3 +113,52 @@ def check_overviews(report: dict[str, Any]) -> dict[str, str]:
         + ("" if judged else f"; {read / 1e6:.1f} MB read: too little to judge"),
         advice,
     )
+
+
+LATENCY_SHARE = 0.5
+"""``latency_bound`` warns when the store's round trips, ``io_concurrency`` at a time, account for this
+share of the reads' task-seconds or more ..."""
+READ_SHARE = 0.3
+"""... the tasks waited on reads this share of their time or more ..."""
+FULL = 0.5
+"""... the reads kept the I/O threads full (this share of them busy on average, while any was) ..."""
+SHORT = 0.5
+"""... and ``io_concurrency`` is this share of the store's measured bandwidth-delay product or less."""
+
+
+def check_latency_bound(report: dict[str, Any]) -> dict[str, str] | None:
+    """Whether the reads mostly waited on the store's round trips because too few were in flight: the tasks
+    waited on reads, the I/O threads were full, the requests times the store's first-byte time
+    (``io.latency_ms``, probed; else the reads' p50) over ``io_concurrency`` is most of the reads' time, and
+    ``auto`` would keep at least twice as many in flight. None where nothing was read remotely."""
+    net, io = report.get("network") or {}, report.get("io") or {}
+    requests = int(net.get("requests") or 0)
+    if not requests:
+        return None
+    st = report.get("stage_task_s") or {}
+    reads = float(st.get("read", 0.0))
+    tasks = sum(float(st.get(k, 0.0)) for k in ("read", "mask", "resample", "reduce", "write"))
+    latency_ms = io.get("latency_ms") or (net.get("latency_ms") or {}).get("p50") or 0.0
+    concurrency = max(int(io.get("concurrency") or 1), 1)
+    mean = float((net.get("in_flight") or {}).get("mean") or 1.0)
+    waited = requests * latency_ms / 1e3 / concurrency
+    share = min(waited / reads, 1.0) if reads > 0 else 0.0
+    auto = io.get("auto")
+    warn = (
+        tasks > 0
+        and reads >= READ_SHARE * tasks
+        and mean >= FULL * concurrency
+        and share >= LATENCY_SHARE
+        and auto is not None
+        and concurrency <= SHORT * auto
+    )
+    detail = (
+        f"{requests} requests x {latency_ms:.1f} ms / io_concurrency {concurrency} = {waited:.1f} s, "
+        f"{share:.0%} of the reads' {reads:.1f} task-s (reads {reads / tasks if tasks else 0:.0%} of task time); "
+        f"{mean:.1f} in flight on average" + (f"; the store's bandwidth-delay product: {auto}" if auto else "")
+    )
+    advice = (
+        f"reads wait on round trips, {concurrency} at a time: set execution.io_concurrency: {auto} "
+        "(or auto, which measures it: 1 + latency x bandwidth / window size)"
+    )
+    return entry("latency_bound", warn, detail, advice)
