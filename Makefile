@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test browser demo bench bench-scale bench-mixed bench-stac bench-s3 bench-deps bench-kernels bench-composite gpu-check fixtures fixtures-cloudy mutation-check lint clean
+.PHONY: help install test browser demo bench bench-scale bench-mixed bench-stac bench-s3 bench-s3-write bench-deps bench-kernels bench-composite gpu-check fixtures fixtures-cloudy mutation-check lint clean
 
 help:  ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -49,7 +49,11 @@ bench-mixed: bench-deps  ## odc-stac and gdalwarp on the mixed preset (3 UTM zon
 bench-stac: bench-deps  ## `pipeline plan` over 192,000 STAC items in stac-geoparquet vs odc-stac's lazy load (heavy: run alone)
 	$(BIN)/python -W ignore bench/stac_scale.py
 
-bench-s3: bench-deps fixtures  ## cloud storage: s3->s3, local->s3 (sharded or not), local->local and odc-stac on a loopback S3 server
+bench-s3: bench-deps fixtures  ## reading a bucket 0 and 25 ms away: the pipeline vs odc-stac, gdalwarp and the harness floor; 2,048 headers
+	$(BIN)/python -W ignore bench/s3_latency.py
+	$(BIN)/python -W ignore bench/headers_s3.py
+
+bench-s3-write: bench-deps fixtures  ## writing a bucket: s3->s3, local->s3 (sharded or not), local->local and odc-stac on a loopback S3 server
 	$(BIN)/python -W ignore bench/s3.py
 
 bench-composite: bench-deps fixtures-cloudy  ## monthly clear-sky median composites on the cloudy preset: the pipeline vs odc-stac (wall, peak memory, values)

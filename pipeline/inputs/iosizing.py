@@ -68,9 +68,15 @@ def _key_and_store(url: str, storage: Any) -> tuple[Any, str]:
     return object_store(f"{parts.scheme}://{parts.netloc}", storage), parts.path.lstrip("/")
 
 
-def probe(url: str, storage: Any, small: int = 4) -> tuple[float, float]:
+MIN_TRANSFER_S = 0.005
+"""The large GET's transfer is taken to last at least this long: a small object crosses a fast link in
+less than the timer's noise, where the bandwidth it gives would be anything."""
+
+
+def probe(url: str, storage: Any, small: int = 5) -> tuple[float, float]:
     """(first-byte seconds, bytes per second past it) of the store holding ``url``: ``small`` range GETs of
-    16 KB (the first opens the connection and is not counted), then one of up to 4 MB."""
+    16 KB (the first opens the connection and is not counted; the median of the others), then one of up to
+    4 MB, its transfer at least :data:`MIN_TRANSFER_S`."""
     import obstore
 
     store, key = _key_and_store(url, storage)
@@ -87,7 +93,7 @@ def probe(url: str, storage: Any, small: int = 4) -> tuple[float, float]:
     t = time.perf_counter()
     data = obstore.get_range(store, key, start=0, end=max(n, 1))
     streamed = time.perf_counter() - t - latency
-    return latency, len(data) / max(streamed, 1e-4)
+    return latency, len(data) / max(streamed, MIN_TRANSFER_S)
 
 
 def bandwidth_delay(latency_s: float, bytes_per_s: float, window_bytes: float) -> int:
