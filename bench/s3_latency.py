@@ -11,14 +11,17 @@ written to local disk:
 * ``pipeline s3``: the same tiles from ``s3://bench/tiles/**/*.tif`` through the proxy, as a new user
   runs it (no tile index kept: the headers are read each run), the project's defaults otherwise;
 * ``pipeline s3 io=1``: the same with ``execution.io_concurrency: 1`` (one request at a time per worker);
+* ``pipeline s3 small ranges``: the same with GDAL reading in small ranges (``pipeline.storage.gdal.SMALL_RANGES``
+  in ``inputs.gdal_env``: 32 KB at open, 256 KB chunks, a request per block range of a window);
 * ``odc-stac 2`` / ``odc-stac 8``: ``odc.stac.load`` of STAC items whose assets are the ``s3://`` URLs
   (GDAL's ``/vsis3/``, odc's cloud defaults), ``to_zarr`` locally on 2 and 8 Dask threads;
 * ``gdalwarp``: per band and date over ``/vsis3/``, 2 processes at a time (bench/peers.py's commands);
 * ``floor``: the harness's own bound, the GETs the last ``pipeline s3`` run made (the proxy's log),
   issued again by a plain client (obstore) with 64 in flight, bodies discarded.
 
-Prints the medians, the ratios the targets are stated in, and the pipeline's own view of each run (its
-report's read stage, requests, in-flight and p50); writes ``bench/results/s3-latency.json``.
+Prints the medians, the requests each run made (the proxy's count: every GET, headers and listing
+included) and the most it held at once, the ratios the targets are stated in, and the pipeline's own
+view of each run (its report's read stage, requests, in-flight and p50); writes ``bench/results/s3-latency.json``.
 Needs the ``bench`` extra (odc-stac) and ``gdalwarp`` (``make bench-s3`` installs both).
 """
 
@@ -40,6 +43,7 @@ from save import run_args, save_json  # noqa: E402  (bench/ is on sys.path when 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from pipeline.storage.gdal import SMALL_RANGES  # noqa: E402
 from tests.latencyproxy import LatencyProxy  # noqa: E402
 from tests.s3server import TEST_CREDENTIALS, start_moto, upload_tree  # noqa: E402
 
@@ -219,6 +223,10 @@ def main() -> None:
             tools[f"pipeline s3 io=1 {tag}"] = _pipeline(
                 f"{OUT}/s3io1-{ms:g}.zarr", f"{OUT}/s3io1-{ms:g}.report.json", (*sets, "execution.io_concurrency=1")
             )
+            small = "inputs.gdal_env={" + ", ".join(f"{k}: {v}" for k, v in SMALL_RANGES.items()) + "}"
+            tools[f"pipeline s3 small ranges {tag}"] = _pipeline(
+                f"{OUT}/s3small-{ms:g}.zarr", f"{OUT}/s3small-{ms:g}.report.json", (*sets, small)
+            )
             for threads in (2, 8):
                 tools[f"odc-stac {threads} {tag}"] = _odc(
                     f"{OUT}/items.json", ep, threads, f"{OUT}/odc{threads}-{ms:g}.zarr"
@@ -239,6 +247,7 @@ def main() -> None:
             tools.update(floors)
         times: dict[str, list[float]] = {k: [] for k in tools}
         peaks: dict[str, list[int]] = {k: [] for k in tools}
+        gets: dict[str, list[int]] = {k: [] for k in tools}
         for _ in range(REPEATS):
             for name, fn in tools.items():
                 proxy = next((p for ms, p in proxies.items() if name.endswith(f"@{ms:g}ms")), None)
@@ -251,18 +260,20 @@ def main() -> None:
                     reports[name] = got
                 if proxy is not None:
                     peaks[name].append(proxy.in_flight_max)
+                    gets[name].append(len(proxy.log))
         for p in proxies.values():
             p.__exit__()
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"{len(urls)} input files in the bucket; {REPEATS} interleaved runs after a warm-up; outputs to local disk")
-    print(f"{'run':<26}{'median s':>10}{'proxy peak':>12}   runs / the run's own report")
+    print(f"{'run':<34}{'median s':>10}{'requests':>10}{'peak':>6}   runs / the run's own report")
     for k, v in med.items():
         peak = max(peaks[k]) if peaks[k] else ""
-        print(f"{k:<26}{v:10.2f}{peak:>12}   " + " ".join(f"{x:.2f}" for x in times[k]))
+        n = int(statistics.median(gets[k])) if gets[k] else ""
+        print(f"{k:<34}{v:10.2f}{n:>10}{peak:>6}   " + " ".join(f"{x:.2f}" for x in times[k]))
         if k.startswith("pipeline"):
-            print(f"{'':<26}{'':>22}   {_summary(reports[k])}")
+            print(f"{'':<34}{'':>26}   {_summary(reports[k])}")
         elif k.startswith("floor"):
-            print(f"{'':<26}{'':>22}   {reports[k]['requests']} GETs, {reports[k]['bytes'] / 1e6:.1f} MB")
+            print(f"{'':<34}{'':>26}   {reports[k]['requests']} GETs, {reports[k]['bytes'] / 1e6:.1f} MB")
     ratios: dict[str, float] = {}
     local = med.get("pipeline local")
     for ms in LATENCIES_MS:
@@ -287,6 +298,7 @@ def main() -> None:
             "runs": times,
             "medians": med,
             "proxy_peak_in_flight": {k: max(v) if v else None for k, v in peaks.items()},
+            "proxy_requests": {k: statistics.median(v) if v else None for k, v in gets.items()},
             "ratios": ratios,
             "reports": {
                 k: {"stages": r.get("stages"), "network": r.get("network"), "io": r.get("io")}

@@ -224,7 +224,8 @@ def _io_choice(config: Config, catalog: Any, plan: Plan) -> IoChoice:
     tiles = catalog.tiles
     pixels = tiles["width"].astype("f8") * tiles["height"] * [np.dtype(d).itemsize for d in tiles["dtype"]]
     size = request_bytes(tiles["size"], pixels, plan.bytes_read, plan.n_pairs)
-    return choose_io(config.execution.io_concurrency, list(tiles["path"]), config.storage, size)
+    largest_first = [tiles["path"][i] for i in np.argsort(-tiles["size"].astype("f8"), kind="stable")]
+    return choose_io(config.execution.io_concurrency, largest_first, config.storage, size)
 
 
 def run(

@@ -163,7 +163,6 @@ def _gdal_overview_sizes(source: str) -> list[int] | None:
 
 
 GDAL_OF_RASTER = 0x02
-HEADER_OPTIONS = {"CPL_VSIL_CURL_CHUNK_SIZE": "32768"}
-"""GDAL options for reading a remote header (``inputs.gdal_env`` over them): the first request fetches
-32 KB (``GDAL_INGESTED_BYTES_AT_OPEN``) where the reads' 256 KB chunk would fetch 8 times what a COG's
-header needs (2,048 headers: 4.5 -> ? ms of CPU each, the server's too; ``bench/headers_s3.py``)."""
+HEADER_OPTIONS = {"CPL_VSIL_CURL_CHUNK_SIZE": "32768", "GDAL_INGESTED_BYTES_AT_OPEN": "32768"}
+"""GDAL options for opening a remote header where :func:`fetch_headers` could not parse it (``inputs.gdal_env``
+over them): one request of 32 KB, where the reads' 2 MB would fetch 64 times what a COG's header needs."""

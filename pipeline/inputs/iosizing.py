@@ -106,7 +106,8 @@ def bandwidth_delay(latency_s: float, bytes_per_s: float, window_bytes: float) -
 def choose_io(setting: int | None, paths: Sequence[str], storage: Any, window_bytes: float) -> IoChoice:
     """``execution.io_concurrency`` for a run reading ``paths``: ``setting`` where the config sets it; else
     :data:`LOCAL_READ_AHEAD` for local files, and for remote ones the bandwidth-delay product measured on
-    the first of them (:func:`probe`; measured where ``setting`` is given too, for the report)."""
+    the first of them (:func:`probe`; measured where ``setting`` is given too, for the report). The caller
+    puts the largest object first: a 60 m band's 34 KB crosses the link too fast to time its bandwidth."""
     remote = next((p for p in paths if is_url(p)), None)
     if remote is None:
         if setting is not None:
