@@ -11,6 +11,7 @@ written to local disk:
 * ``pipeline s3``: the same tiles from ``s3://bench/tiles/**/*.tif`` through the proxy, as a new user
   runs it (no tile index kept: the headers are read each run), the project's defaults otherwise;
 * ``pipeline s3 io=1``: the same with ``execution.io_concurrency: 1`` (one request at a time per worker);
+* ``pipeline s3 (baseline)``: with ``BENCH_BASELINE_TREE`` set, that checkout's ``pipeline s3``;
 * ``pipeline s3 small ranges``: the same with GDAL reading in small ranges (``pipeline.storage.gdal.SMALL_RANGES``
   in ``inputs.gdal_env``: 32 KB at open, 256 KB chunks, a request per block range of a window);
 * ``odc-stac 2`` / ``odc-stac 8``: ``odc.stac.load`` of STAC items whose assets are the ``s3://`` URLs
@@ -53,6 +54,9 @@ OUT = os.path.join(ROOT, "out", "s3latency")
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 LATENCIES_MS = [float(x) for x in os.environ.get("BENCH_LATENCIES_MS", "0,25").split(",")]
 ONLY = set(filter(None, os.environ.get("BENCH_ONLY", "").split(",")))
+BASELINE = os.environ.get("BENCH_BASELINE_TREE")
+"""Another checkout of the project (``git worktree add /tmp/base COMMIT``, its compiled kernels copied in):
+its ``pipeline s3`` run as a row of its own, ``pipeline s3 (baseline)``."""
 """Run only these tools (names as printed, e.g. ``pipeline s3,floor``); all by default."""
 BUCKET = "bench"
 FLOOR_IN_FLIGHT = 64
@@ -83,10 +87,10 @@ GDAL_S3 = {
 """What a user sets to point gdalwarp at an S3-compatible endpoint (plus ``AWS_S3_ENDPOINT``)."""
 
 
-def _pipeline(out: str, report: str, sets: tuple[str, ...]) -> Callable[[], dict[str, Any]]:
+def _pipeline(out: str, report: str, sets: tuple[str, ...], tree: str = ROOT) -> Callable[[], dict[str, Any]]:
     def go() -> dict[str, Any]:
         args = [sys.executable, "-m", "pipeline", *run_args(CONFIG, out, report, sets=sets)]
-        r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+        r = subprocess.run(args, cwd=tree, capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"pipeline exit {r.returncode}: {r.stderr[-3000:]}")
         with open(report) as f:
@@ -223,6 +227,10 @@ def main() -> None:
             tools[f"pipeline s3 io=1 {tag}"] = _pipeline(
                 f"{OUT}/s3io1-{ms:g}.zarr", f"{OUT}/s3io1-{ms:g}.report.json", (*sets, "execution.io_concurrency=1")
             )
+            if BASELINE:
+                tools[f"pipeline s3 (baseline) {tag}"] = _pipeline(
+                    f"{OUT}/s3base-{ms:g}.zarr", f"{OUT}/s3base-{ms:g}.report.json", sets, BASELINE
+                )
             small = "inputs.gdal_env={" + ", ".join(f"{k}: {v}" for k, v in SMALL_RANGES.items()) + "}"
             tools[f"pipeline s3 small ranges {tag}"] = _pipeline(
                 f"{OUT}/s3small-{ms:g}.zarr", f"{OUT}/s3small-{ms:g}.report.json", (*sets, small)
