@@ -51,17 +51,18 @@ def fetch_headers(urls: list[str], storage: Any, in_flight: int) -> Iterator[tup
     async def one(url: str, gate: asyncio.Semaphore) -> None:
         bucket, key = split_url(url)
         header = None
-        async with gate:
-            try:
+        try:
+            async with gate:
                 store = stores.get(bucket)
                 if store is None:
                     store = stores[bucket] = object_store(f"s3://{bucket}", storage)
                 head = bytes(await obstore.get_range_async(store, key, start=0, length=HEAD_BYTES))
                 netstats.record_requests(1, len(head))
                 header = parse_header(head)
-            except Exception:  # noqa: BLE001 - whatever the store says, GDAL's open says it again, as for any file
-                header = None
-        done.put((url, header))
+        except Exception:  # noqa: BLE001 - whatever the store says, GDAL's open says it again, as for any file
+            header = None
+        finally:
+            done.put((url, header))
 
     async def every() -> None:
         gate = asyncio.Semaphore(in_flight)
@@ -70,9 +71,19 @@ def fetch_headers(urls: list[str], storage: Any, in_flight: int) -> Iterator[tup
     # A thread of its own: the caller may be inside an event loop (a notebook), where asyncio.run refuses.
     thread = threading.Thread(target=asyncio.run, args=(every(),), daemon=True, name="pipeline-headers")
     thread.start()
-    for _ in urls:
-        yield done.get()
+    left = set(urls)
+    while left:
+        try:
+            url, header = done.get(timeout=1.0)
+        except queue.Empty:
+            if thread.is_alive():
+                continue
+            break  # the loop ended without them (it cannot, short of a bug): GDAL reads what is left
+        left.discard(url)
+        yield url, header
     thread.join()
+    for url in sorted(left):
+        yield url, None
 
 
 def _read_header(source: str, path: str) -> dict[str, Any]:
