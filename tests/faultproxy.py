@@ -18,7 +18,7 @@ import struct
 import threading
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlsplit
 
 SLOW_DOWN = (
@@ -59,39 +59,23 @@ def _with_close(head: bytes) -> bytes:
     return b"\r\n".join([*lines, b"Connection: close"])
 
 
-class FaultProxy:
-    """Reverse proxy from ``url`` to ``upstream`` that injects faults (see the module docstring)."""
+class LoopbackProxy:
+    """A reverse proxy on 127.0.0.1 (:attr:`url`) in front of ``upstream``: a thread accepts connections
+    while the ``with`` block runs and hands each to :meth:`_handle` on a thread of its own."""
 
-    def __init__(
-        self,
-        upstream: str,
-        *,
-        seed: int = 0,
-        error_rate: float = 0.1,
-        reset_rate: float = 0.05,
-        delay_rate: float = 0.1,
-        delay_s: float = 0.05,
-        max_faults: int = 2,
-    ) -> None:
+    def __init__(self, upstream: str, backlog: int = 128) -> None:
         parts = urlsplit(upstream)
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
-        self.seed = seed
-        self.rates = (error_rate, reset_rate, delay_rate)
-        self.delay_s = delay_s
-        self.max_faults = max_faults
-        self.counts: Counter[str] = Counter()
-        self.faulted: list[str] = []
-        """Request lines answered 503 or reset, in the order they came."""
-        self._seen: Counter[bytes] = Counter()
         self._lock = threading.Lock()
         self._sock = socket.socket()
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(128)
+        self._sock.listen(backlog)
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._closed = False
 
-    def __enter__(self) -> FaultProxy:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -105,7 +89,36 @@ class FaultProxy:
                 conn, _ = self._sock.accept()
             except OSError:
                 return
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn: socket.socket) -> None:
+        raise NotImplementedError
+
+
+class FaultProxy(LoopbackProxy):
+    """Reverse proxy from ``url`` to ``upstream`` that injects faults (see the module docstring)."""
+
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        seed: int = 0,
+        error_rate: float = 0.1,
+        reset_rate: float = 0.05,
+        delay_rate: float = 0.1,
+        delay_s: float = 0.05,
+        max_faults: int = 2,
+    ) -> None:
+        super().__init__(upstream)
+        self.seed = seed
+        self.rates = (error_rate, reset_rate, delay_rate)
+        self.delay_s = delay_s
+        self.max_faults = max_faults
+        self.counts: Counter[str] = Counter()
+        self.faulted: list[str] = []
+        """Request lines answered 503 or reset, in the order they came."""
+        self._seen: Counter[bytes] = Counter()
 
     def _decide(self, request: bytes) -> str:
         head = request.split(b"\r\n\r\n", 1)[0].split(b"\r\n")

@@ -12,12 +12,9 @@ replays); :attr:`LatencyProxy.in_flight_max` the most requests held or forwarded
 from __future__ import annotations
 
 import socket
-import threading
 import time
-from typing import Any
-from urllib.parse import urlsplit
 
-from tests.faultproxy import _read_request
+from tests.faultproxy import LoopbackProxy, _read_request
 
 
 def _headers(head: bytes) -> tuple[bytes, dict[bytes, bytes]]:
@@ -37,48 +34,22 @@ def _without(head: bytes, names: tuple[bytes, ...]) -> list[bytes]:
 _HOP = (b"connection", b"keep-alive", b"upgrade", b"http2-settings", b"proxy-connection")
 
 
-class LatencyProxy:
+class LatencyProxy(LoopbackProxy):
     """Reverse proxy from :attr:`url` to ``upstream`` holding each request ``latency_s`` seconds."""
 
     def __init__(self, upstream: str, latency_s: float = 0.025) -> None:
-        parts = urlsplit(upstream)
-        self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
+        super().__init__(upstream, backlog=512)
         self.latency_s = latency_s
         self.log: list[tuple[str, str, str]] = []
         """(method, target, Range header or "") of each request, in arrival order."""
         self.in_flight_max = 0
         self._in_flight = 0
-        self._lock = threading.Lock()
-        self._sock = socket.socket()
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(512)
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        self._closed = False
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-
-    def __enter__(self) -> LatencyProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._closed = True
-        self._sock.close()
 
     def clear(self) -> None:
         """Forget the log and the in-flight peak (between two runs)."""
         with self._lock:
             self.log.clear()
             self.in_flight_max = 0
-
-    def _serve(self) -> None:
-        while not self._closed:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
     def _handle(self, conn: socket.socket) -> None:
         with conn:
