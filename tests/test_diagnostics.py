@@ -231,6 +231,18 @@ def suggested(text: str, key: str) -> str:
     return m.group(1)
 
 
+@pytest.fixture
+def chunk_cost_now(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine's fixed cost per chunk measured now, for this test alone: the one cached in the home
+    folder was measured under another load (this 2-core guest's speed moves 10-20% within minutes, and
+    late in a full suite more), and a run judged against it lands either side of the 30% share."""
+    from pipeline.execute import chunkcost
+
+    monkeypatch.setattr(chunkcost, "CACHE", str(tmp_path / "chunk_cost.json"))
+    assert chunkcost.chunk_cost() is not None
+
+
+@pytest.mark.usefixtures("chunk_cost_now")
 def test_tiny_chunks_warn_chunk_size_and_its_advice_removes_it(tmp_path: Path, small_dir: Path) -> None:
     path = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
     report = run(load_config(path, ["output.chunks={y: 32, x: 32}"])).report
@@ -429,6 +441,7 @@ def real_tiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.usefixtures("chunk_cost_now")
 def test_tiny_chunks_on_a_real_sized_job_warn_as_plan_advises_and_the_advice_removes_it(
     tmp_path: Path, real_tiles: Path
 ) -> None:
