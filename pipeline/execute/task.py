@@ -316,7 +316,7 @@ def _run_partition(partition: Partition, ctx: TaskContext, device: str, reason: 
         xp = cupy
     itemsize = max((np.dtype(b.source_dtype or b.dtype).itemsize for b in ctx.bands), default=8)
     reads = Prefetch(
-        _read_order(ctx, partition),
+        _read_order(ctx, partition) if Prefetch.ahead(ctx.io_concurrency) else (),
         ctx.io_concurrency,
         ctx.prefetch_bytes,
         lambda src: src.window[2] * src.window[3] * itemsize,

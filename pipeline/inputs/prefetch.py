@@ -54,6 +54,11 @@ class Prefetch:
     (one window is always let through, whatever its size). ``threads`` below 2: no read-ahead, each window
     read when it is taken, on the task's thread."""
 
+    @staticmethod
+    def ahead(threads: int) -> bool:
+        """Whether ``threads`` read ahead at all (the caller need not list the windows otherwise)."""
+        return threads >= 2
+
     def __init__(
         self,
         sources: Iterable[SourceWindow],
@@ -64,17 +69,15 @@ class Prefetch:
         self.threads = threads
         self.max_bytes = max_bytes
         self._nbytes = nbytes
-        self._todo: deque[SourceWindow] = deque(sources) if threads >= 2 else deque()
+        self._pool = io_pool(threads) if self.ahead(threads) else None
+        self._todo: deque[SourceWindow] = deque(sources) if self._pool is not None else deque()
         self._ready: dict[tuple[Any, ...], deque[tuple[Future[tuple[np.ndarray, float]], int]]] = {}
         self._held = 0
         self.peak_bytes = 0
         """The most bytes held or being read at once."""
-        self.waited_s = 0.0
-        """Seconds the task waited for a window it asked for."""
         self.reads = 0
         self.io_s = 0.0
         """Seconds the I/O threads spent on the windows taken (reading ahead: overlapped with the task)."""
-        self._pool = io_pool(threads) if threads >= 2 else None
         self._fill()
 
     def _fill(self) -> None:
@@ -90,6 +93,8 @@ class Prefetch:
     def take(self, src: SourceWindow) -> np.ndarray:
         """``src``'s pixels, as :func:`~pipeline.inputs.read.read_window` gives them (or raises)."""
         self.reads += 1
+        if self._pool is None:
+            return read_window(src)
         queue = self._ready.get(_key(src))
         if not queue:
             # Asked out of turn (or nothing ahead): read it now; drop it from the windows still to come.
@@ -99,19 +104,19 @@ class Prefetch:
         future, n = queue.popleft()
         if not queue:
             del self._ready[_key(src)]
-        t0 = time.perf_counter()
         try:
             data, seconds = future.result()
             self.io_s += seconds
             return data
         finally:
-            self.waited_s += time.perf_counter() - t0
             self._held -= n
             self._fill()
 
     def skip(self, src: SourceWindow) -> None:
         """``src`` is not needed after all (first/last fusion found its part of the chunk filled): a read not
         yet started is cancelled, one done or under way is dropped."""
+        if self._pool is None:
+            return
         queue = self._ready.get(_key(src))
         if not queue:
             with contextlib.suppress(ValueError):
