@@ -208,7 +208,7 @@ def summarise(parts: list[dict[str, Any] | None]) -> dict[str, Any]:
     fetched = int(sum(p["bytes_fetched"] for p in got))
     return {
         "requests": int(sum(p["requests"] for p in got)),
-        "bytes_fetched": int(sum(p["bytes_fetched"] for p in got)),
+        "bytes_fetched": fetched,
         "bytes_needed": int(sum(p["bytes_needed"] for p in got)),
         "retries": int(sum(p["retries"] for p in got)),
         "latency_ms": {

@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -168,7 +169,7 @@ def _acquire(path: str, level: int, most: int) -> _Handle:
         waits = handle is None
         if handle is None:  # every one in use: wait for one
             handle = group[_opens[0] % len(group)]
-        for old_key in list(_handles)[: max(len(_handles) - MAX_OPEN_FILES, 0)]:
+        for old_key in list(islice(_handles, max(len(_handles) - MAX_OPEN_FILES, 0))):
             old = _handles[old_key]
             held = [h for h in old if h.lock.acquire(blocking=False)]
             if len(held) == len(old):  # none in use: closed below
