@@ -81,7 +81,9 @@ def main() -> None:
                     proxy.clear()
                     m0 = sum(moto.cpu_times()[:2])
                     c0, t0 = time.process_time(), time.perf_counter()
-                    catalog = files_catalog(config)
+                    catalog = files_catalog(
+                        config.inputs, config.storage, io_concurrency=config.execution.io_concurrency
+                    )
                     wall = time.perf_counter() - t0
                     cpu = time.process_time() - c0
                     server_cpu = sum(moto.cpu_times()[:2]) - m0
@@ -96,7 +98,7 @@ def main() -> None:
                             "server_cpu_ms_per_request": server_cpu / max(len(proxy.log), 1) * 1e3,
                             "requests": len(proxy.log),
                             "peak_in_flight": proxy.in_flight_max,
-                            "threads": header_threads(config),
+                            "threads": header_threads(config.execution.io_concurrency),
                         }
                     )
     print(f"{FILES} COG headers from a bucket {LATENCY_MS:g} ms away; {REPEATS} interleaved runs, medians")

@@ -308,7 +308,7 @@ def plan(
 @_exits
 def index(config: str, sets: tuple[str, ...], verbose: int, quiet: bool) -> None:
     """Build or refresh the Parquet tile index (inputs.index)."""
-    from pipeline.inputs.catalog import build_catalog
+    from pipeline.execute.prepare import run_catalog
     from pipeline.report.progress import progress_for
 
     _setup_logging(verbose, quiet)
@@ -317,7 +317,7 @@ def index(config: str, sets: tuple[str, ...], verbose: int, quiet: bool) -> None
         raise ConfigError("inputs.index", "is not set; give a path such as ../out/tiles.parquet")
     show = progress_for(not quiet)
     try:
-        cat = build_catalog(cfg, progress=show)
+        cat = run_catalog(cfg, show)
     finally:
         show.close()
     click.echo(

@@ -15,7 +15,8 @@ from tests.helpers import write_config
 
 
 def test_tile_table_fields(small_config) -> None:  # type: ignore[no-untyped-def]
-    cat = build_catalog(small_config())
+    cfg = small_config()
+    cat = build_catalog(cfg.inputs, cfg.storage)
     t = cat.tiles
     assert len(t) == 32 and not cat.skipped
     assert set(t["band"]) == {"B01", "B02", "B04", "B11"}
@@ -31,10 +32,12 @@ def test_tile_table_fields(small_config) -> None:  # type: ignore[no-untyped-def
 
 
 def test_bands_filter_and_missing_band(small_config) -> None:  # type: ignore[no-untyped-def]
-    cat = build_catalog(small_config(inputs={"bands": ["B11", "B02"]}))
+    cfg = small_config(inputs={"bands": ["B11", "B02"]})
+    cat = build_catalog(cfg.inputs, cfg.storage)
     assert set(cat.tiles["band"]) == {"B02", "B11"}
+    cfg = small_config(inputs={"bands": ["B99"]})
     with pytest.raises(ConfigError, match="inputs.bands"):
-        build_catalog(small_config(inputs={"bands": ["B99"]}))
+        build_catalog(cfg.inputs, cfg.storage)
 
 
 def test_parquet_index_rereads_only_changed_files(tmp_path: Path, small_dir: Path) -> None:
@@ -43,9 +46,9 @@ def test_parquet_index_rereads_only_changed_files(tmp_path: Path, small_dir: Pat
     cfg = load_config(
         write_config(tmp_path, str(data / "**" / "*.tif"), inputs={"index": str(tmp_path / "tiles.parquet")})
     )
-    first = build_catalog(cfg)
+    first = build_catalog(cfg.inputs, cfg.storage)
     assert first.headers_read == 32 and os.path.exists(tmp_path / "tiles.parquet")
-    second = build_catalog(cfg)
+    second = build_catalog(cfg.inputs, cfg.storage)
     assert second.headers_read == 0
     assert second.tiles.columns == first.tiles.columns
     for name in first.tiles.columns:  # the index round trip keeps every value and type
@@ -57,7 +60,7 @@ def test_parquet_index_rereads_only_changed_files(tmp_path: Path, small_dir: Pat
             assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), name
     changed = data / "2024-06-01" / "T31A0_B02.tif"
     os.utime(changed, ns=(1, 1))
-    third = build_catalog(cfg)
+    third = build_catalog(cfg.inputs, cfg.storage)
     assert third.headers_read == 1 and len(third.tiles) == 32
 
 
@@ -67,19 +70,23 @@ def test_unusable_files_are_skipped_or_fail(tmp_path: Path, small_dir: Path) -> 
     (data / "2024-06-01" / "T99Z0_B02.tif").write_bytes(b"")
     (data / "2024-06-01" / "T99Z1_B02.tif").write_text("not a tiff")
     path = write_config(tmp_path, str(data / "**" / "*.tif"))
-    cat = build_catalog(load_config(path))
+    cfg = load_config(path)
+    cat = build_catalog(cfg.inputs, cfg.storage)
     assert len(cat.tiles) == 32
     assert sorted(os.path.basename(s["path"]) for s in cat.skipped) == ["T99Z0_B02.tif", "T99Z1_B02.tif"]
     with pytest.raises(TileReadError, match="T99Z0_B02.tif"):
-        build_catalog(load_config(path, ["execution.on_error=fail"]))
+        build_catalog(cfg.inputs, cfg.storage, on_error="fail")
 
 
 def test_no_match_names_the_key(tmp_path: Path, small_dir: Path) -> None:
+    cfg = load_config(write_config(tmp_path, str(tmp_path / "nothing" / "*.tif")))
     with pytest.raises(ConfigError, match="inputs.paths"):
-        build_catalog(load_config(write_config(tmp_path, str(tmp_path / "nothing" / "*.tif"))))
+        build_catalog(cfg.inputs, cfg.storage)
+    cfg = load_config(
+        write_config(tmp_path, str(small_dir / "**" / "*.tif"), inputs={"pattern": r"(?P<band>XYZ)\.tif$"})
+    )
     with pytest.raises(ConfigError, match="inputs.pattern"):
-        cfg = write_config(tmp_path, str(small_dir / "**" / "*.tif"), inputs={"pattern": r"(?P<band>XYZ)\.tif$"})
-        build_catalog(load_config(cfg))
+        build_catalog(cfg.inputs, cfg.storage)
 
 
 def test_mixed_preset_spans_three_zones_that_overlap() -> None:

@@ -198,8 +198,10 @@ def _config(folder: Path, inputs: dict[str, Any]) -> Any:
 @pytest.mark.parametrize("source", ["items.json", "items.parquet"])
 def test_items_read_through_the_stac_reader_as_the_glob_does(cloudy_subset: Path, tmp_path: Path, source: str) -> None:
     pattern = r"(?P<date>\d{4}-\d{2}-\d{2})/(?P<tile>[^/]+)_(?P<band>[^/_.]+)\.tif$"
-    globbed = build_catalog(_config(tmp_path, {"paths": [str(cloudy_subset / "**" / "*.tif")], "pattern": pattern}))
-    stac = build_catalog(_config(tmp_path, {"stac": str(cloudy_subset / source), "groupby": "solar_day"}))
+    globbed_cfg = _config(tmp_path, {"paths": [str(cloudy_subset / "**" / "*.tif")], "pattern": pattern})
+    stac_cfg = _config(tmp_path, {"stac": str(cloudy_subset / source), "groupby": "solar_day"})
+    globbed = build_catalog(globbed_cfg.inputs, globbed_cfg.storage)
+    stac = build_catalog(stac_cfg.inputs, stac_cfg.storage)
     assert not globbed.skipped and not stac.skipped
 
     def rows(catalog: Any) -> list[tuple[str, str, str]]:

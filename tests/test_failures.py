@@ -123,8 +123,8 @@ def test_file_deleted_between_indexing_and_reading(
     shutil.copytree(small_dir, data)
     victim = data / "2024-06-11" / "T31A0_B02.tif"
 
-    def catalog_then_delete(config, **kw):  # type: ignore[no-untyped-def]
-        catalog = build_catalog(config, **kw)
+    def catalog_then_delete(*args, **kw):  # type: ignore[no-untyped-def]
+        catalog = build_catalog(*args, **kw)
         victim.unlink()  # gone after its header was read, before any task reads it
         return catalog
 

@@ -105,7 +105,7 @@ def test_mixed_local_and_s3_paths_keep_sorted_order(tmp_path, s3_server, s3_buck
     upload_tree(s3_server.client(), small_dir / "2024-06-01", s3_bucket, "tiles/2024-06-01")
     paths = f"inputs.paths=[{small_dir}/2024-06-11/*.tif, s3://{s3_bucket}/tiles/2024-06-01/*.tif]"
     cfg = s3_config(tmp_path, s3_bucket, s3_server.endpoint_url, paths)
-    paths = find_inputs(cfg)
+    paths = find_inputs(cfg.inputs, cfg.storage)
     assert paths == sorted(paths)
     remote = [p for p in paths if p.startswith("s3://")]
     local = [p for p in paths if p.startswith(str(small_dir))]
@@ -117,9 +117,9 @@ def test_mixed_local_and_s3_paths_keep_sorted_order(tmp_path, s3_server, s3_buck
 def test_index_keyed_by_etag_and_trusted_without_the_store(tmp_path, s3_server, s3_bucket, tiles, small_dir):
     index = str(tmp_path / "index.parquet")
     cfg = s3_config(tmp_path, s3_bucket, s3_server.endpoint_url, f"inputs.index={index}")
-    first = build_catalog(cfg)
+    first = build_catalog(cfg.inputs, cfg.storage)
     assert first.headers_read == len(tiles) and not first.skipped
-    again = build_catalog(cfg)
+    again = build_catalog(cfg.inputs, cfg.storage)
     assert again.headers_read == 0  # nothing changed: no object re-opened
     assert again.network is None or again.network["requests"] == 0
     # Same key, same size, new content: a new ETag, so that object alone is read again.
@@ -129,7 +129,7 @@ def test_index_keyed_by_etag_and_trusted_without_the_store(tmp_path, s3_server, 
     body = local.read_bytes()
     changed = body[:-1] + bytes([body[-1] ^ 0xFF])  # the last byte flipped: the content surely differs
     client.put_object(Bucket=s3_bucket, Key=key, Body=changed)
-    assert build_catalog(cfg).headers_read == 1
+    assert build_catalog(cfg.inputs, cfg.storage).headers_read == 1
     # trust_index: no request to the store at all, so a dead endpoint plans the same tiles.
     dead = f"http://127.0.0.1:{free_port()}"
     trusted = s3_config(tmp_path / "t", s3_bucket, dead, f"inputs.index={index}", "inputs.trust_index=true")
@@ -162,7 +162,7 @@ def test_an_unreadable_object_is_skipped_and_a_missing_one_is_a_config_error(tmp
 def test_an_object_gone_after_indexing_is_skipped_at_read(tmp_path, s3_server, s3_bucket, tiles):
     index = str(tmp_path / "index.parquet")
     cfg = s3_config(tmp_path, s3_bucket, s3_server.endpoint_url, f"inputs.index={index}", "inputs.trust_index=false")
-    build_catalog(cfg)
+    build_catalog(cfg.inputs, cfg.storage)
     gone = tiles[0]
     s3_server.client().delete_object(Bucket=s3_bucket, Key=gone.split(f"{s3_bucket}/", 1)[1])
     trusted = s3_config(
@@ -273,14 +273,14 @@ def test_a_credential_in_gdal_env_is_refused(tmp_path, small_dir, option):
 def test_the_index_can_live_in_the_bucket(tmp_path, s3_server, s3_bucket, tiles):
     index = f"s3://{s3_bucket}/index/tiles.parquet"
     cfg = s3_config(tmp_path, s3_bucket, s3_server.endpoint_url, f"inputs.index={index}")
-    assert build_catalog(cfg).headers_read == len(tiles)
+    assert build_catalog(cfg.inputs, cfg.storage).headers_read == len(tiles)
     assert s3_server.client().head_object(Bucket=s3_bucket, Key="index/tiles.parquet")["ContentLength"] > 0
-    again = build_catalog(cfg)
+    again = build_catalog(cfg.inputs, cfg.storage)
     assert again.headers_read == 0 and len(again.tiles) == len(tiles)
     trusted = s3_config(
         tmp_path / "t", s3_bucket, s3_server.endpoint_url, f"inputs.index={index}", "inputs.trust_index=true"
     )
-    assert list(build_catalog(trusted).tiles["path"]) == sorted(tiles)
+    assert list(build_catalog(trusted.inputs, trusted.storage).tiles["path"]) == sorted(tiles)
 
 
 @pytest.mark.parametrize(

@@ -212,9 +212,9 @@ def test_groupby_none_makes_one_time_step(stac_dir: Path, tmp_path: Path) -> Non
     from pipeline.inputs.catalog import build_catalog
 
     cfg = load_config(_config(tmp_path, {"stac": str(stac_dir / "items.parquet"), "groupby": "none"}))
-    assert len(np.unique(build_catalog(cfg).tiles["date"])) == 1
+    assert len(np.unique(build_catalog(cfg.inputs, cfg.storage).tiles["date"])) == 1
     cfg = load_config(_config(tmp_path, {"stac": str(stac_dir / "items.json"), "groupby": "time"}))
-    dates = np.unique(build_catalog(cfg).tiles["date"])
+    dates = np.unique(build_catalog(cfg.inputs, cfg.storage).tiles["date"])
     assert list(dates.astype(str)) == ["2024-06-01T10:30:00.000000000", "2024-06-11T10:30:00.000000000"]
 
 
@@ -327,7 +327,7 @@ def test_stac_geoparquet_in_a_bucket_with_s3_alternates_gives_the_glob_cube(
 def build_paths(config: Any) -> list[str]:
     from pipeline.inputs.catalog import build_catalog
 
-    return list(build_catalog(config).tiles["path"])
+    return list(build_catalog(config.inputs, config.storage).tiles["path"])
 
 
 def test_stac_field_rules_old_and_new() -> None:
@@ -452,7 +452,7 @@ def test_a_group_whose_samples_fail_opens_each_asset(stac_dir: Path, tmp_path: P
         it["assets"]["B04"]["href"] = "nowhere/B04.tif"
     write_item_collection(items, str(tmp_path / "items.json"))
     cfg = load_config(_config(tmp_path / "run", {"stac": str(tmp_path / "items.json")}, 20))
-    catalog = build_catalog(cfg)
+    catalog = build_catalog(cfg.inputs, cfg.storage)
     b04 = catalog.tiles.rows(catalog.tiles["band"] == "B04")
     assert len(b04) == len(items) - 4 and all(len(s) > 0 for s in b04["overview_sizes"])
     assert sum("nowhere/B04.tif" in s["path"] for s in catalog.skipped) == 4

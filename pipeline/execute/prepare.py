@@ -1,6 +1,9 @@
 """What a run prepares before its tasks: the catalog and the plan (:func:`plan_run`, which ``pipeline plan``
 and the chunk-cost calibration share with the run), the store (its template, or the check of an existing
 one before a resume) and the context every task of the run shares (:func:`task_context`).
+
+Here the run's :class:`~pipeline.config.model.Config` is handed out: each stage takes its own sections and
+the few settings it needs (:func:`run_catalog`), never the whole config.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pipeline.execute.context import TaskContext
 from pipeline.execute.schedulers import machine_mb
 from pipeline.execute.workers import usable_cores
 from pipeline.inputs.catalog import build_catalog, mask_rule
+from pipeline.inputs.tiles import Catalog
 from pipeline.planning.plan import Plan
 from pipeline.planning.planner import compute_plan
 from pipeline.planning.windows import infer_grid
@@ -32,12 +36,27 @@ logger = logging.getLogger("pipeline.execute.runner")
 """Named as before these steps left the runner: the run's log lines read as they did."""
 
 
+def run_catalog(config: Config, progress: NoProgress | None = None) -> Catalog:
+    """The tile table of ``config``'s inputs (:func:`~pipeline.inputs.catalog.build_catalog`, handed the
+    inputs and storage sections, the mask band, ``execution.on_error`` and ``io_concurrency``, and the grid)."""
+    return build_catalog(
+        config.inputs,
+        config.storage,
+        mask_band=None if config.mask is None else config.mask.band,
+        on_error=config.execution.on_error,
+        io_concurrency=config.execution.io_concurrency,
+        grid_crs=config.grid.crs,
+        grid_bounds=config.grid.bounds,
+        progress=progress,
+    )
+
+
 def plan_run(config: Config, clock: StageClock | None = None, progress: NoProgress | None = None) -> tuple[Any, Plan]:
     """Catalog and plan (no pixels read): shared by ``run`` and ``pipeline plan``."""
     clock = clock or StageClock()
     with clock.stage("index"):
-        catalog = build_catalog(config, progress=progress)
-        mask_rule(config, catalog)  # a class name the mask band does not have: exit 2 before planning
+        catalog = run_catalog(config, progress)
+        mask_rule(config.mask, catalog)  # a class name the mask band does not have: exit 2 before planning
     with clock.stage("plan"):
         crs, res_xy, inferred = infer_grid(catalog.tiles, config.grid.crs, config.grid.resolution)
         for key, what in inferred.items():
@@ -133,7 +152,7 @@ def _prepare_store(
 def task_context(config: Config, plan: Plan, catalog: Any = None) -> TaskContext:
     """What every task of this run shares (:class:`TaskContext`), for a store that exists: its stamp is
     read from it. ``catalog``: where ``mask`` names classes, the STAC classification they are looked up in."""
-    exclude, bits = mask_rule(config, catalog)
+    exclude, bits = mask_rule(config.mask, catalog)
     names = [b.name for b in plan.output_bands]
     return TaskContext(
         store_path=config.output.path,

@@ -13,34 +13,62 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.config import Config
 from pipeline.errors import ConfigError, TileReadError
 from pipeline.inputs.files import find_inputs  # noqa: F401 - the files source's listing, importable from here
 from pipeline.inputs.headers import read_header  # noqa: F401 - importable from here
 from pipeline.inputs.tiles import TABLE_COLUMNS, Catalog, TileTable, _column
 from pipeline.report.progress import NoProgress
 
+if TYPE_CHECKING:
+    from pipeline.config.fields import OnError
+    from pipeline.config.sections import InputsConfig, MaskConfig, StorageConfig
+
 logger = logging.getLogger(__name__)
 
 
-def build_catalog(config: Config, max_threads: int = 8, progress: NoProgress | None = None) -> Catalog:
-    """Find the configured inputs and build the tile table (see the module docstring). ``progress`` is told
-    the files listed, the STAC assets parsed and the headers read (:mod:`pipeline.report.progress`)."""
-    if config.inputs.stac or config.inputs.stac_search:
+def build_catalog(
+    inputs: InputsConfig,
+    storage: StorageConfig,
+    *,
+    mask_band: str | None = None,
+    on_error: OnError = "skip",
+    io_concurrency: int | None = None,
+    grid_crs: str | None = None,
+    grid_bounds: tuple[float, float, float, float] | None = None,
+    max_threads: int = 8,
+    progress: NoProgress | None = None,
+) -> Catalog:
+    """Find the ``inputs`` (buckets read with ``storage``) and build the tile table (see the module
+    docstring). ``mask_band`` (``mask.band``): its tiles are kept; ``on_error`` (``execution.on_error``):
+    ``fail`` raises on the first file skipped; ``io_concurrency`` (``execution.io_concurrency``): remote
+    headers read at once; ``grid_crs`` and ``grid_bounds`` (``grid.crs``, ``grid.bounds``): the grid whose
+    centre shifts STAC solar days. ``progress`` is told the files listed, the STAC assets parsed and the
+    headers read (:mod:`pipeline.report.progress`)."""
+    if inputs.stac or inputs.stac_search:
         from pipeline.inputs.stac import stac_catalog
 
-        found = stac_catalog(config, max_threads, progress)
+        found = stac_catalog(
+            inputs,
+            storage,
+            mask_band=mask_band,
+            grid_crs=grid_crs,
+            grid_bounds=grid_bounds,
+            max_threads=max_threads,
+            progress=progress,
+        )
     else:
         from pipeline.inputs.files import files_catalog
 
-        found = files_catalog(config, max_threads, progress)
+        found = files_catalog(
+            inputs, storage, io_concurrency=io_concurrency, max_threads=max_threads, progress=progress
+        )
     skipped = list(found.skipped)
-    tiles = finish_table(found.tiles, config, skipped)
-    if config.execution.on_error == "fail" and skipped:
+    tiles = finish_table(found.tiles, inputs, skipped, mask_band=mask_band)
+    if on_error == "fail" and skipped:
         raise TileReadError(skipped[0]["path"], skipped[0]["error"])
     for s in skipped:
         logger.warning("skipping %s: %s", s["path"], s["error"])
@@ -48,18 +76,21 @@ def build_catalog(config: Config, max_threads: int = 8, progress: NoProgress | N
     return found
 
 
-def finish_table(tiles: TileTable, config: Config, skipped: list[dict[str, str]]) -> TileTable:
+def finish_table(
+    tiles: TileTable, inputs: InputsConfig, skipped: list[dict[str, str]], *, mask_band: str | None = None
+) -> TileTable:
     """The table a run plans from (see the module docstring); appends to ``skipped``. The mask band's tiles
-    (``mask.band``) are kept whether ``inputs.bands`` lists it or not: the planner tells them apart."""
-    mask = config.mask.band if config.mask is not None else None
-    if mask is not None and mask not in set(tiles["band"]):
-        raise ConfigError("mask.band", f"no input carries band {mask!r}; bands found: {sorted(set(tiles['band']))}")
-    if config.inputs.bands is not None:
+    (``mask_band``: ``mask.band``) are kept whether ``inputs.bands`` lists it or not: the planner tells them
+    apart."""
+    if mask_band is not None and mask_band not in set(tiles["band"]):
+        known = sorted(set(tiles["band"]))
+        raise ConfigError("mask.band", f"no input carries band {mask_band!r}; bands found: {known}")
+    if inputs.bands is not None:
         found = set(tiles["band"])
-        missing = [b for b in config.inputs.bands if b not in found]
+        missing = [b for b in inputs.bands if b not in found]
         if missing:
             raise ConfigError("inputs.bands", f"no input file carries band(s) {missing}; bands found: {sorted(found)}")
-        wanted = set(config.inputs.bands) | ({mask} if mask else set())
+        wanted = set(inputs.bands) | ({mask_band} if mask_band else set())
         tiles = tiles.rows(np.fromiter((b in wanted for b in tiles["band"]), bool, len(tiles)))
     keep = np.ones(len(tiles), dtype=bool)
     dtypes = tiles["dtype"]
@@ -75,19 +106,13 @@ def finish_table(tiles: TileTable, config: Config, skipped: list[dict[str, str]]
     if not keep.all():
         tiles = tiles.rows(keep)
     if not len(tiles):
-        key = (
-            "inputs.stac_search"
-            if config.inputs.stac_search
-            else "inputs.stac"
-            if config.inputs.stac
-            else "inputs.paths"
-        )
+        key = "inputs.stac_search" if inputs.stac_search else "inputs.stac" if inputs.stac else "inputs.paths"
         first = f"; the first: {skipped[0]['path']}: {skipped[0]['error']}" if skipped else ""
         raise ConfigError(key, f"no usable input file remains ({len(skipped)} skipped{first})")
     nodata, source = tiles["nodata"], tiles["nodata_from"]
-    if config.inputs.nodata is not None:
+    if inputs.nodata is not None:
         unset = np.isnan(nodata)
-        nodata = np.where(unset, float(config.inputs.nodata), nodata)
+        nodata = np.where(unset, float(inputs.nodata), nodata)
         source = np.where(unset, "config", source).astype(object)
     tiles = tiles.assign(nodata=nodata, nodata_from=_column("nodata_from", source)).select(TABLE_COLUMNS)
     paths = tiles["path"]
@@ -117,10 +142,11 @@ def describe_bands(catalog: Catalog) -> dict[str, dict[str, Any]]:
     return out
 
 
-def mask_rule(config: Config, catalog: Catalog | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """``mask.exclude`` and ``mask.exclude_bits`` as class values and bit positions: names are looked up in the
-    mask band's STAC ``classification:classes`` / ``bitfields`` (a bitfield name stands for each of its bits)."""
-    m = config.mask
+def mask_rule(mask: MaskConfig | None, catalog: Catalog | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``mask.exclude`` and ``mask.exclude_bits`` as class values and bit positions (none without a ``mask``):
+    names are looked up in the mask band's STAC ``classification:classes`` / ``bitfields`` (a bitfield name
+    stands for each of its bits)."""
+    m = mask
     if m is None:
         return (), ()
     known = (catalog.classification.get(m.band) if catalog is not None else None) or {}

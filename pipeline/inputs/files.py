@@ -34,11 +34,11 @@ import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.config import Config, is_url
+from pipeline.config import is_url
 from pipeline.errors import ConfigError, TileReadError
 from pipeline.inputs.headers import fetch_headers, read_header
 from pipeline.inputs.index import _load_index, write_index
@@ -46,16 +46,20 @@ from pipeline.inputs.read import input_errors
 from pipeline.inputs.tiles import INDEX_COLUMNS, Catalog, TileTable, _column, factorize
 from pipeline.report.progress import NoProgress
 
+if TYPE_CHECKING:
+    from pipeline.config import InputsConfig, StorageConfig
+
 logger = logging.getLogger(__name__)
 
 
-def find_inputs(config: Config) -> list[str]:
-    """Glob ``inputs.paths`` and keep the files whose path matches ``inputs.pattern``."""
-    return _list_inputs(config)[0]
+def find_inputs(inputs: InputsConfig, storage: StorageConfig) -> list[str]:
+    """Glob ``inputs.paths`` (buckets listed with ``storage``) and keep the files whose path matches
+    ``inputs.pattern``."""
+    return _list_inputs(inputs, storage)[0]
 
 
 def _list_inputs(
-    config: Config, progress: NoProgress | None = None
+    inputs: InputsConfig, storage: StorageConfig, progress: NoProgress | None = None
 ) -> tuple[list[str], dict[str, tuple[int, int, str]]]:
     """(matching paths in sorted order, {url: (size, mtime_ns, etag)} of listed objects). Every entry of
     ``inputs.paths`` must match something: one that matches nothing is a config error naming it."""
@@ -66,10 +70,10 @@ def _list_inputs(
     found: set[str] = set()
     objects: dict[str, tuple[int, int, str]] = {}
     empty: list[str] = []
-    for pattern in config.inputs.paths:
+    for pattern in inputs.paths:
         kind = scheme(pattern)
         if kind == "s3":
-            listed = list_objects(pattern, config.storage, on_page=progress.add)
+            listed = list_objects(pattern, storage, on_page=progress.add)
             for url, size, mtime, etag in listed:
                 objects[url] = (size, mtime, etag)
             hits = {url for url, *_ in listed}
@@ -90,11 +94,11 @@ def _list_inputs(
         raise ConfigError(
             "inputs.paths",
             f"{what} matched {', '.join(map(repr, empty))}"
-            + (f" (the other {len(config.inputs.paths) - len(empty)} matched {len(found)} files)" if found else "")
+            + (f" (the other {len(inputs.paths) - len(empty)} matched {len(found)} files)" if found else "")
             + "; check the glob, or remove it (relative paths are relative to the config file's folder)",
         )
     files = sorted(found)
-    rx = re.compile(config.inputs.pattern)
+    rx = re.compile(inputs.pattern)
     matched = [p for p in files if rx.search(p.replace(os.sep, "/"))]
     if not matched:
         raise ConfigError(
@@ -121,19 +125,28 @@ def _stat(path: str) -> tuple[int, int, str]:
     return st.st_size, st.st_mtime_ns, ""
 
 
-def files_catalog(config: Config, max_threads: int = 8, progress: NoProgress | None = None) -> Catalog:
+def files_catalog(
+    inputs: InputsConfig,
+    storage: StorageConfig,
+    *,
+    io_concurrency: int | None = None,
+    max_threads: int = 8,
+    progress: NoProgress | None = None,
+) -> Catalog:
     """Find the files, read headers (only new/changed ones when an index exists): the source's rows,
-    for :func:`pipeline.inputs.catalog.build_catalog` to finish.
+    for :func:`pipeline.inputs.catalog.build_catalog` to finish. Buckets are read with ``storage``;
+    ``io_concurrency`` (``execution.io_concurrency``) sets the remote headers read at once
+    (:func:`header_threads`), ``max_threads`` the local ones.
 
     With ``inputs.trust_index`` the index is the input list: no glob, no stat, no file opened.
     """
-    index = _load_index(config.inputs.index, config.storage) if config.inputs.index else None
-    if config.inputs.trust_index:
+    index = _load_index(inputs.index, storage) if inputs.index else None
+    if inputs.trust_index:
         if index is None:
-            raise ConfigError("inputs.index", f"{config.inputs.index} is missing or unreadable; run `pipeline index`")
-        return _catalog_from(index, config, [], headers_read=0)
+            raise ConfigError("inputs.index", f"{inputs.index} is missing or unreadable; run `pipeline index`")
+        return _catalog_from(index, inputs, [], headers_read=0)
     progress = progress or NoProgress()
-    matched, stats = _list_inputs(config, progress)
+    matched, stats = _list_inputs(inputs, storage, progress)
     skipped: list[dict[str, str]] = []
     known = (
         {}
@@ -163,7 +176,7 @@ def files_catalog(config: Config, max_threads: int = 8, progress: NoProgress | N
 
     def read_one(path: str) -> tuple[str, dict[str, Any] | None, str | None]:
         try:
-            return path, read_header(path, config), None
+            return path, read_header(path, storage, inputs.gdal_env), None
         except TileReadError as e:
             return path, None, e.problem
         except input_errors() as e:  # a bad input; any other exception is a bug and fails the run
@@ -173,7 +186,7 @@ def files_catalog(config: Config, max_threads: int = 8, progress: NoProgress | N
     if any(is_url(p) for p in to_read):
         from pipeline.inputs.read import cloud_env
 
-        cloud_env(config.storage)  # the AWS session and GDAL's network counters: once, before the threads
+        cloud_env(storage)  # the AWS session and GDAL's network counters: once, before the threads
     if to_read:
         import rasterio  # noqa: F401 - on this thread, before the pool's (`pipeline run` imports it lazily, without boto3)
 
@@ -184,14 +197,14 @@ def files_catalog(config: Config, max_threads: int = 8, progress: NoProgress | N
         # (headers.fetch_headers); what that cannot read, and local files, are opened by GDAL on threads.
         objects = [p for p in to_read if p.lower().startswith("s3://")]
         by_gdal = [p for p in to_read if not p.lower().startswith("s3://")]
-        for path, header in fetch_headers(objects, config.storage, header_threads(config)) if objects else ():
+        for path, header in fetch_headers(objects, storage, header_threads(io_concurrency)) if objects else ():
             if header is None:
                 by_gdal.append(path)
             else:
                 found[path] = header
                 progress.add()
         if by_gdal:
-            threads = header_threads(config) if any(is_url(p) for p in by_gdal) else max_threads
+            threads = header_threads(io_concurrency) if any(is_url(p) for p in by_gdal) else max_threads
             with ThreadPoolExecutor(min(threads, len(by_gdal))) as pool:
                 for path, header, error in pool.map(read_one, by_gdal):
                     progress.add()
@@ -210,21 +223,21 @@ def files_catalog(config: Config, max_threads: int = 8, progress: NoProgress | N
         cached = set(keep_cached)
         parts.append(index.rows(np.fromiter((p in cached for p in index["path"]), bool, len(index))))
     headers = TileTable.concat(parts)
-    if config.inputs.index and (to_read or index is None or len(index) != len(headers)):
-        write_index(config.inputs.index, headers, config.storage)
-    catalog = _catalog_from(headers, config, skipped, headers_read=len(to_read))
+    if inputs.index and (to_read or index is None or len(index) != len(headers)):
+        write_index(inputs.index, headers, storage)
+    catalog = _catalog_from(headers, inputs, skipped, headers_read=len(to_read))
     from pipeline.inputs import netstats
 
     catalog.network = netstats.take()
     return catalog
 
 
-def header_threads(config: Config) -> int:
-    """Remote headers read at once: ``execution.io_concurrency`` where set, else
+def header_threads(io_concurrency: int | None) -> int:
+    """Remote headers read at once: ``io_concurrency`` (``execution.io_concurrency``) where set, else
     :data:`pipeline.inputs.iosizing.MAX_IN_FLIGHT`."""
     from pipeline.inputs.iosizing import MAX_IN_FLIGHT
 
-    return config.execution.io_concurrency or MAX_IN_FLIGHT
+    return io_concurrency or MAX_IN_FLIGHT
 
 
 def _map_threads(fn: Any, items: list[str], max_threads: int) -> list[Any]:
@@ -241,9 +254,11 @@ def _try_stat(path: str) -> tuple[int, int, str] | str:
         return str(e.strerror or e)
 
 
-def _catalog_from(headers: TileTable, config: Config, skipped: list[dict[str, str]], headers_read: int) -> Catalog:
-    """Tile table from header rows: ``pattern`` groups extracted, dates parsed (once per distinct text)."""
-    rx = re.compile(config.inputs.pattern)
+def _catalog_from(
+    headers: TileTable, inputs: InputsConfig, skipped: list[dict[str, str]], headers_read: int
+) -> Catalog:
+    """Tile table from header rows: ``inputs.pattern`` groups extracted, dates parsed (once per distinct text)."""
+    rx = re.compile(inputs.pattern)
     band: list[str | None] = []
     tile: list[str] = []
     date_text: list[str | None] = []
@@ -272,11 +287,11 @@ def _catalog_from(headers: TileTable, config: Config, skipped: list[dict[str, st
             parsed.append(datetime(1970, 1, 1))  # a single-date run without dates
             continue
         try:
-            parsed.append(datetime.strptime(text, config.inputs.date_format))
+            parsed.append(datetime.strptime(text, inputs.date_format))
         except ValueError as e:
             example = headers["path"][int(np.flatnonzero(inverse == k)[0])]
             raise ConfigError(
-                "inputs.date_format", f"{example}: date {text!r} does not match {config.inputs.date_format!r} ({e})"
+                "inputs.date_format", f"{example}: date {text!r} does not match {inputs.date_format!r} ({e})"
             ) from e
     tiles = headers.assign(
         band=_column("band", band),

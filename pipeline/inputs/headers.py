@@ -4,26 +4,29 @@ read through GDAL (``/vsis3/``, ``/vsicurl/`` for URLs). Every source that opens
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.config import Config, is_url
+from pipeline.config import is_url
 from pipeline.errors import TileReadError
 
+if TYPE_CHECKING:
+    from pipeline.storage import Storage
 
-def read_header(path: str, config: Config | None = None) -> dict[str, Any]:
+
+def read_header(path: str, storage: Storage | None = None, gdal_env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Open one file and return its header fields (:mod:`pipeline.inputs.files` lists them). A URL is opened through
-    GDAL's ``/vsis3/`` or ``/vsicurl/`` with ``config``'s storage settings and ``inputs.gdal_env``."""
+    GDAL's ``/vsis3/`` or ``/vsicurl/`` with the ``storage`` settings (None: the defaults) and ``gdal_env``
+    (``inputs.gdal_env``)."""
     if is_url(path):
         from pipeline.inputs.read import cloud_env
         from pipeline.storage import default_storage, redact, vsi_path
 
-        storage = config.storage if config is not None else default_storage()
-        gdal_env = config.inputs.gdal_env if config is not None else {}
+        storage = storage if storage is not None else default_storage()
         try:
-            with cloud_env(storage, {**HEADER_OPTIONS, **gdal_env}):
+            with cloud_env(storage, {**HEADER_OPTIONS, **(gdal_env or {})}):
                 return _read_header(vsi_path(path), path)
         except TileReadError as e:
             raise TileReadError(path, redact(e.problem)) from None

@@ -40,11 +40,10 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.inputs.stac_fields import (  # noqa: F401 - the rules, importable from here
     AFFINE,
@@ -71,6 +70,9 @@ from pipeline.inputs.stac_headers import open_headers
 from pipeline.inputs.stac_items import asset_rows_from_items, read_item_dicts, search_item_dicts
 from pipeline.inputs.tiles import TABLE_COLUMNS, Catalog, TileTable
 from pipeline.report.progress import NoProgress
+
+if TYPE_CHECKING:
+    from pipeline.config import InputsConfig, StorageConfig
 
 logger = logging.getLogger(__name__)
 
@@ -102,31 +104,33 @@ def _as_arrays(rows: dict[str, Sequence[Any]]) -> dict[str, np.ndarray]:
     return out
 
 
-def load_asset_rows(config: Config) -> tuple[dict[str, np.ndarray], list[dict[str, str]]]:
-    """The configured STAC source's asset table and the items skipped on the way."""
-    i = config.inputs
+def load_asset_rows(
+    inputs: InputsConfig, storage: StorageConfig, *, mask_band: str | None = None
+) -> tuple[dict[str, np.ndarray], list[dict[str, str]]]:
+    """The STAC source's asset table (``inputs``; a bucket's files read with ``storage``) and the items
+    skipped on the way. ``mask_band`` (``mask.band``): its asset is read where ``inputs.assets`` leaves it out."""
     skipped: list[dict[str, str]] = []
-    assets = i.assets
-    if config.mask is not None and assets is not None and config.mask.band not in assets:
-        assets = {**assets, config.mask.band: config.mask.band}  # the mask band's asset, named by its key
-    if i.stac_search:
-        items = search_item_dicts(dict(i.stac_search))
+    assets = inputs.assets
+    if mask_band is not None and assets is not None and mask_band not in assets:
+        assets = {**assets, mask_band: mask_band}  # the mask band's asset, named by its key
+    if inputs.stac_search:
+        items = search_item_dicts(dict(inputs.stac_search))
         if not items:
             raise ConfigError(
                 "inputs.stac_search",
-                f"the search at {i.stac_search['url']} matched no item: {_search_terms(i.stac_search)}",
+                f"the search at {inputs.stac_search['url']} matched no item: {_search_terms(inputs.stac_search)}",
             )
-        rows: dict[str, Any] = asset_rows_from_items(items, assets, None, skipped, i.alternate)
-    elif i.stac and re.search(r"\.(geo)?parquet$", i.stac, re.I):
+        rows: dict[str, Any] = asset_rows_from_items(items, assets, None, skipped, inputs.alternate)
+    elif inputs.stac and re.search(r"\.(geo)?parquet$", inputs.stac, re.I):
         from pipeline.inputs.stac_parquet import asset_rows_from_arrow, read_geoparquet_table
 
-        table = read_geoparquet_table(i.stac, config.storage, assets)
-        rows = asset_rows_from_arrow(table, assets, i.stac, skipped, i.alternate)
-    elif i.stac:
-        items, base = read_item_dicts(i.stac, config.storage)
+        table = read_geoparquet_table(inputs.stac, storage, assets)
+        rows = asset_rows_from_arrow(table, assets, inputs.stac, skipped, inputs.alternate)
+    elif inputs.stac:
+        items, base = read_item_dicts(inputs.stac, storage)
         if not items:
-            raise ConfigError("inputs.stac", f"{i.stac} holds no STAC item")
-        rows = asset_rows_from_items(items, assets, base, skipped, i.alternate)
+            raise ConfigError("inputs.stac", f"{inputs.stac} holds no STAC item")
+        rows = asset_rows_from_items(items, assets, base, skipped, inputs.alternate)
     else:
         raise ConfigError("inputs.stac", "no STAC source given")
     return _as_arrays(rows), skipped
@@ -163,31 +167,43 @@ def compute_band_attrs(rows: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]
     return out
 
 
-def _grid_longitude(config: Config, item_lon: np.ndarray) -> float:
-    """The longitude odc-stac shifts solar days by: the output grid's centre, from ``grid.bounds`` where
-    given, else the middle of the items' extent (0 where no item has a bbox)."""
-    g = config.grid
-    if g.bounds is not None and g.crs is not None:
+def _grid_longitude(
+    grid_crs: str | None, grid_bounds: tuple[float, float, float, float] | None, item_lon: np.ndarray
+) -> float:
+    """The longitude odc-stac shifts solar days by: the output grid's centre, from ``grid_bounds`` in
+    ``grid_crs`` (``grid.bounds``, ``grid.crs``) where both are given, else the middle of the items' extent
+    (0 where no item has a bbox)."""
+    if grid_bounds is not None and grid_crs is not None:
         from pyproj import Transformer
 
-        x, y = (g.bounds[0] + g.bounds[2]) / 2, (g.bounds[1] + g.bounds[3]) / 2
-        lon, _ = Transformer.from_crs(g.crs, "EPSG:4326", always_xy=True).transform(x, y)
+        x, y = (grid_bounds[0] + grid_bounds[2]) / 2, (grid_bounds[1] + grid_bounds[3]) / 2
+        lon, _ = Transformer.from_crs(grid_crs, "EPSG:4326", always_xy=True).transform(x, y)
         return float(lon)
     known = item_lon[np.isfinite(item_lon)]
     return float((known.min() + known.max()) / 2) if len(known) else 0.0
 
 
-def stac_catalog(config: Config, max_threads: int = 8, progress: NoProgress | None = None) -> Catalog:
-    """The configured STAC items' rows (see the module docstring), for
-    :func:`pipeline.inputs.catalog.build_catalog` to finish; ``progress`` is told the assets parsed and
-    the headers read."""
+def stac_catalog(
+    inputs: InputsConfig,
+    storage: StorageConfig,
+    *,
+    mask_band: str | None = None,
+    grid_crs: str | None = None,
+    grid_bounds: tuple[float, float, float, float] | None = None,
+    max_threads: int = 8,
+    progress: NoProgress | None = None,
+) -> Catalog:
+    """The STAC items' rows (see the module docstring), for :func:`pipeline.inputs.catalog.build_catalog`
+    to finish. ``mask_band``: as :func:`load_asset_rows`'s; ``grid_crs`` and ``grid_bounds``: the output
+    grid, whose centre shifts solar days (:func:`_grid_longitude`); ``progress`` is told the assets parsed
+    and the headers read."""
     progress = progress or NoProgress()
     progress.phase("STAC items", unit="assets parsed")
-    rows, skipped = load_asset_rows(config)
+    rows, skipped = load_asset_rows(inputs, storage, mask_band=mask_band)
     n = len(rows["href"])
     progress.add(n)
     if not n:
-        key = "inputs.stac_search" if config.inputs.stac_search else "inputs.stac"
+        key = "inputs.stac_search" if inputs.stac_search else "inputs.stac"
         first = f"; the first: {skipped[0]['path']}: {skipped[0]['error']}" if skipped else ""
         raise ConfigError(key, f"no usable STAC item found ({len(skipped)} skipped{first})")
     affine = np.column_stack([rows[c] for c in AFFINE])
@@ -197,7 +213,9 @@ def stac_catalog(config: Config, max_threads: int = 8, progress: NoProgress | No
         & (rows["height"] > 0)
         & np.isfinite(affine).all(axis=1)
     )
-    opened, keep, source, headers_read = open_headers(rows, planned, config, max_threads, skipped, progress)
+    opened, keep, source, headers_read = open_headers(
+        rows, planned, storage, inputs.gdal_env, max_threads, skipped, progress
+    )
     nodata_from = np.where(np.isnan(rows["nodata"]), "", "stac").astype(object)
     for k in np.flatnonzero(~planned):  # opened: the file is the metadata
         header = opened.get(int(k))
@@ -237,7 +255,9 @@ def stac_catalog(config: Config, max_threads: int = 8, progress: NoProgress | No
             "bidx": rows["bidx"],
             "band": rows["band"],
             "tile": rows["item"],
-            "date": compute_time_steps(rows["time"], _grid_longitude(config, rows["lon"]), config.inputs.groupby),
+            "date": compute_time_steps(
+                rows["time"], _grid_longitude(grid_crs, grid_bounds, rows["lon"]), inputs.groupby
+            ),
             "crs": rows["crs"],
             **{k: affine[:, j].copy() for j, k in enumerate(AFFINE)},
             "width": rows["width"],

@@ -5,17 +5,21 @@ group takes; a failed sample gives way to the group's next asset (see :mod:`pipe
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.config import Config, is_url
+from pipeline.config import is_url
 from pipeline.errors import TileReadError
 from pipeline.inputs.headers import read_header
 from pipeline.inputs.read import input_errors
 from pipeline.inputs.tiles import factorize
 from pipeline.report.progress import NoProgress
+
+if TYPE_CHECKING:
+    from pipeline.config import StorageConfig
 
 logger = logging.getLogger("pipeline.inputs.stac")
 """Named as before these steps left :mod:`pipeline.inputs.stac`: the run's log lines read as they did."""
@@ -26,11 +30,11 @@ SAMPLE_TRIES = 3
 
 
 def _read_headers(
-    hrefs: list[str], config: Config, max_threads: int, progress: NoProgress
+    hrefs: list[str], storage: StorageConfig, gdal_env: Mapping[str, str], max_threads: int, progress: NoProgress
 ) -> list[tuple[dict[str, Any] | None, str | None]]:
     def one(href: str) -> tuple[dict[str, Any] | None, str | None]:
         try:
-            return read_header(href, config), None
+            return read_header(href, storage, gdal_env), None
         except TileReadError as e:
             return None, e.problem
         except input_errors() as e:  # a bad input; any other exception is a bug and fails the run
@@ -41,7 +45,7 @@ def _read_headers(
     if any(is_url(h) for h in hrefs):
         from pipeline.inputs.read import cloud_env
 
-        cloud_env(config.storage)  # the AWS session and GDAL's network counters: once, before the threads
+        cloud_env(storage)  # the AWS session and GDAL's network counters: once, before the threads
     import rasterio  # noqa: F401 - on this thread, before the pool's (`pipeline run` imports it lazily, without boto3)
 
     progress.phase("headers", len(hrefs), "headers read")
@@ -69,14 +73,16 @@ def _group_samples(rows: dict[str, np.ndarray], planned: np.ndarray) -> tuple[np
 def open_headers(
     rows: dict[str, np.ndarray],
     planned: np.ndarray,
-    config: Config,
+    storage: StorageConfig,
+    gdal_env: Mapping[str, str],
     max_threads: int,
     skipped: list[dict[str, str]],
     progress: NoProgress,
 ) -> tuple[dict[int, dict[str, Any]], np.ndarray, np.ndarray, int]:
     """Read the headers a STAC run needs: every asset not planned from metadata, and one sample per group
     of planned assets. A group whose sample fails tries its next asset, up to :data:`SAMPLE_TRIES` in
-    all, then opens each of its assets: a group never goes without the files' overviews. Returns the
+    all, then opens each of its assets: a group never goes without the files' overviews. Remote headers are
+    read with the ``storage`` settings and ``gdal_env`` (``inputs.gdal_env``). Returns the
     headers by asset, the assets to keep (a failed one is skipped and listed), each asset's header
     source, and how many headers were read."""
     n = len(rows["href"])
@@ -88,7 +94,7 @@ def open_headers(
     to_open = np.concatenate([np.flatnonzero(~planned), samples]).astype(np.int64)
     read = 0
     for attempt in range(SAMPLE_TRIES + 1):
-        headers = _read_headers([rows["href"][k] for k in to_open], config, max_threads, progress)
+        headers = _read_headers([rows["href"][k] for k in to_open], storage, gdal_env, max_threads, progress)
         read += len(to_open)
         failed = set()
         for k, (header, error) in zip(to_open.tolist(), headers, strict=True):
