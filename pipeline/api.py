@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pipeline.store.cube import open_cube
-
 __all__ = ["PlanSummary", "Report", "open_cube", "plan", "run", "storage_options"]
 
 if TYPE_CHECKING:
+    import xarray
+
     from pipeline.config.model import Config
     from pipeline.errors import Switches
     from pipeline.execute.runner import RunResult
@@ -137,6 +137,13 @@ def run(
     )
     result.report = Report(result.report)
     return result
+
+
+def open_cube(config: Config) -> xarray.Dataset:
+    """The cube ``config`` writes, as a lazy ``xarray.Dataset`` (one variable per band, dims time, y, x)."""
+    from pipeline.store.cube import open_cube as open_store
+
+    return open_store(config.output, config.storage)
 
 
 def storage_options(config: Config) -> dict[str, Any] | None:

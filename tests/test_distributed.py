@@ -177,7 +177,7 @@ def test_the_local_clusters_workers_run_without_distributeds_profiler(small_conf
     """Its 10 ms stack sampling holds each worker's GIL; the report times the stages itself."""
     from pipeline.execute.schedulers import _start_client
 
-    client, cluster = _start_client(small_config("execution.workers=1"), n_partitions=1)
+    client, cluster = _start_client(small_config("execution.workers=1").execution, n_partitions=1)
     try:
         running = client.run(lambda dask_worker: sorted(dask_worker.periodic_callbacks))
         assert running and all("profile" not in names for names in running.values()), running

@@ -128,18 +128,18 @@ def test_auto_picks_processes_above_the_bound_and_a_cluster_for_addresses_and_gp
     _, plan = plan_run(cfg)
     todo = [plan.partitions[i] for i in range(len(plan.partitions))]
     assert sum(p.cost_bytes for p in todo) / 1e6 < min(AUTO_THREADS_MAX_MB, AUTO_THREADS_MAX_MB_IDLE)
-    assert choose_scheduler(cfg, todo)[0] == "threads"
+    assert choose_scheduler(cfg.execution, todo)[0] == "threads"
     monkeypatch.setattr(pipeline.execute.schedulers, "AUTO_THREADS_MAX_MB", 0.5)  # the small fixture counts as large
     monkeypatch.setattr(pipeline.execute.schedulers, "AUTO_THREADS_MAX_MB_IDLE", 0.5)
-    scheduler, reason = choose_scheduler(cfg, todo)
+    scheduler, reason = choose_scheduler(cfg.execution, todo)
     assert scheduler == "processes" and "> 0 MB" in reason
     address = load_config(path, ["execution.scheduler=tcp://127.0.0.1:8786"])
-    assert choose_scheduler(address, todo) == ("tcp://127.0.0.1:8786", "an existing Dask scheduler was given")
+    assert choose_scheduler(address.execution, todo) == ("tcp://127.0.0.1:8786", "an existing Dask scheduler was given")
     gpu = load_config(path, ["execution.device=gpu"])
-    assert choose_scheduler(gpu, todo)[0] == "local-cluster"
+    assert choose_scheduler(gpu.execution, todo)[0] == "local-cluster"
     forced = load_config(path, ["execution.scheduler=threads"])
     monkeypatch.setattr(pipeline.execute.schedulers, "AUTO_THREADS_MAX_MB", 0.0)
-    assert choose_scheduler(forced, todo)[0] == "threads"
+    assert choose_scheduler(forced.execution, todo)[0] == "threads"
 
 
 def test_resume_under_threads_finishes_a_cluster_run(tmp_path: Path, small_dir: Path, runs: dict[str, Any]) -> None:

@@ -63,7 +63,7 @@ class RunResult:
 
         if self.config is None:
             raise ValueError("this result has no config to find its store by")
-        return open_cube(self.config)
+        return open_cube(self.config.output, self.config.storage)
 
 
 def _plan_chunk_advice(plan: Plan) -> list[str]:
@@ -276,7 +276,7 @@ def _run(
     if config.execution.device == "gpu" and own_workers:
         check_request("gpu", {"local": asdict(detect_gpu())})  # refuse before anything is written
     config_hash = config.output_hash()
-    with clock.stage("write"), stopped_cleanly(config, plan, switches, progress):
+    with clock.stage("write"), stopped_cleanly(config.output, config.storage, plan, switches, progress):
         removing = move_aside(config.output.path, config.storage, overwrite=overwrite, resume=resume)
         done = _prepare_store(config, plan, overwrite=overwrite, resume=resume, switches=switches)
     todo = [plan.partitions[i] for i, key in enumerate(plan.partitions.keys()) if key not in done]
@@ -302,8 +302,10 @@ def _run(
     if todo:
         crs = tuple(sorted(set(catalog.tiles["crs"])))
         progress.phase("tasks", len(todo), "tasks")
-        with stopped_cleanly(config, plan, switches, progress):
-            records, exec_wall, threads, worker_names, info = execute_tasks(config, todo, ctx, progress, crs, client)
+        with stopped_cleanly(config.output, config.storage, plan, switches, progress):
+            records, exec_wall, threads, worker_names, info = execute_tasks(
+                config.execution, todo, ctx, progress, crs, client
+            )
         progress.close()
     chunk_bytes, _ = planned_chunk(plan)
     # The `chunk_size` check's fixed cost per chunk: this machine's, measured once (after the tasks, so a
@@ -382,7 +384,7 @@ def _run(
             "dashboard": info.get("dashboard"),
             "workers": len(worker_names),
             "threads": threads,
-            "threads_available": threads_available(config, threads),
+            "threads_available": threads_available(config.execution, threads),
             "cores": usable_cores(),
             "device_requested": config.execution.device,
             "exec_wall_s": exec_wall,

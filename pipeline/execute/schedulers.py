@@ -12,11 +12,10 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.config import Config
 from pipeline.execute.context import TaskContext
 from pipeline.execute.device import (
     check_request,
@@ -39,6 +38,9 @@ from pipeline.execute.workers import (
 from pipeline.report.progress import NoProgress
 from pipeline.storage import worker_environment
 
+if TYPE_CHECKING:
+    from pipeline.config import ExecutionConfig
+
 logger = logging.getLogger(__name__)
 
 
@@ -47,14 +49,14 @@ def _worker_log_level() -> int:
     return logging.WARNING if logger.isEnabledFor(logging.DEBUG) else logging.CRITICAL
 
 
-def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
+def _start_client(execution: ExecutionConfig, n_partitions: int) -> tuple[Any, Any]:
     import dask
     from distributed import Client, LocalCluster
 
-    if config.execution.address:
-        return Client(config.execution.address, timeout="30s"), None
+    if execution.address:
+        return Client(execution.address, timeout="30s"), None
     start_worker_server()  # idempotent: `local-cluster` runs started it before planning; `auto` starts it here
-    n = config.execution.workers or usable_cores()
+    n = execution.workers or usable_cores()
     n = max(1, min(n, n_partitions))
     settings: dict[str, Any] = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_MALLOC.items()}
     # distributed's statistical profiler samples each worker's task thread every 10 ms, holding the GIL
@@ -66,9 +68,9 @@ def _start_client(config: Config, n_partitions: int) -> tuple[Any, Any]:
     with dask.config.set(settings), main_script_kept_from_workers():
         cluster = LocalCluster(
             n_workers=n,
-            threads_per_worker=config.execution.threads_per_worker,
+            threads_per_worker=execution.threads_per_worker,
             processes=True,
-            dashboard_address=DASHBOARD_ADDRESS if config.execution.dashboard else None,
+            dashboard_address=DASHBOARD_ADDRESS if execution.dashboard else None,
             silence_logs=_worker_log_level(),
             env=worker_environment(),  # the AWS chain as it is now (the fork server's may be older)
         )
@@ -93,18 +95,20 @@ def dashboard_link(client: Any) -> str | None:
         return None
 
 
-def _decide_devices(client: Any, config: Config, todo: list[Any], ctx: TaskContext) -> list[tuple[str, str]]:
+def _decide_devices(
+    client: Any, execution: ExecutionConfig, todo: list[Any], ctx: TaskContext
+) -> list[tuple[str, str]]:
     """Probe the workers' GPUs, calibrate one if needed, and decide each task's device with its reason."""
     gpus = client.run(probe_worker)
-    requested = config.execution.device
+    requested = execution.device
     check_request(requested, gpus)
     with_gpu = [addr for addr, g in gpus.items() if g["available"]]
     profile = None
     if with_gpu and requested != "cpu":
         from pipeline.execute.device import DeviceProfile, calibrate_gpu
 
-        profile = load_profile(dict(config.execution.gpu_profile or {}) or None)
-        stale = profile is not None and not config.execution.gpu_profile and ctx.reducer is not None
+        profile = load_profile(dict(execution.gpu_profile or {}) or None)
+        stale = profile is not None and not execution.gpu_profile and ctx.reducer is not None
         if profile is None or (stale and f"reduce:{ctx.reducer}" not in profile.gpu_mpx_s):  # measured before
             measured = client.run(calibrate_gpu, workers=[with_gpu[0]])[with_gpu[0]]
             profile = DeviceProfile(**{k: v for k, v in measured.items() if k in DeviceProfile.__dataclass_fields__})
@@ -162,19 +166,19 @@ def _machine_load() -> tuple[float | None, int]:
     return load, usable_cores()
 
 
-def choose_scheduler(config: Config, todo: list[Any], given: Any = None) -> tuple[str, str]:
+def choose_scheduler(execution: ExecutionConfig, todo: list[Any], given: Any = None) -> tuple[str, str]:
     """(scheduler, reason): ``threads``, ``processes``, ``local-cluster``, the configured address or the
     caller's client's scheduler, and why."""
-    chosen = config.execution.scheduler
+    chosen = execution.scheduler
     if given is not None:
         return str(given.scheduler.address), "the caller's distributed.Client was given"
-    if config.execution.address:
-        return config.execution.address, "an existing Dask scheduler was given"
+    if execution.address:
+        return execution.address, "an existing Dask scheduler was given"
     if chosen != "auto":
         return chosen, f"execution.scheduler is {chosen}"
-    if config.execution.device == "gpu":
+    if execution.device == "gpu":
         return "local-cluster", "auto: GPU runs use a local cluster's worker processes"
-    if config.execution.device == "auto" and detect_gpu().available:
+    if execution.device == "auto" and detect_gpu().available:
         return "local-cluster", "auto: a GPU is present; GPU runs use a local cluster's worker processes"
     work_mb = sum(p.cost_bytes for p in todo) / 1e6
     bound, why = auto_threads_max_mb(*_machine_load())
@@ -206,17 +210,17 @@ def _run_on_thread(p: Any, ctx: TaskContext, device: str, reason: str) -> dict[s
 
 
 def _execute_threads(
-    config: Config, todo: list[Any], ctx: TaskContext, progress: NoProgress, crs: tuple[str, ...]
+    execution: ExecutionConfig, todo: list[Any], ctx: TaskContext, progress: NoProgress, crs: tuple[str, ...]
 ) -> tuple[list[dict[str, Any]], float, int, list[str], dict[str, float]]:
     """The partitions on a thread pool in this process: no cluster, no pickling. The kernels, GDAL's
     decoding and the codecs release the GIL. Failed tasks are retried ``execution.retries`` times,
     as Dask retries them."""
     from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-    n = (config.execution.workers or usable_cores()) * config.execution.threads_per_worker
+    n = (execution.workers or usable_cores()) * execution.threads_per_worker
     n = max(1, min(n, len(todo)))
     warm_up(None, ctx, crs)  # (this process is the caller's: its allocator is left as it is)
-    decisions = _decide_devices(_InProcess(), config, todo, ctx)
+    decisions = _decide_devices(_InProcess(), execution, todo, ctx)
     records: list[dict[str, Any]] = []
     names = [f"thread-{i}" for i in range(n)]
     t_exec = time.perf_counter()
@@ -235,7 +239,7 @@ def _execute_threads(
                     if error is None:
                         records.append(fut.result())
                         progress.task_done(records[-1])
-                    elif tries < config.execution.retries:
+                    elif tries < execution.retries:
                         logger.info("partition %s failed (%s); retry %d", todo[i].key, error, tries + 1)
                         device, reason = decisions[i]
                         again = pool.submit(_run_on_thread, todo[i], ctx, device, reason)
@@ -253,7 +257,7 @@ def _execute_threads(
 
 
 def _execute_processes(
-    config: Config, todo: list[Any], ctx: TaskContext, progress: NoProgress, crs: tuple[str, ...]
+    execution: ExecutionConfig, todo: list[Any], ctx: TaskContext, progress: NoProgress, crs: tuple[str, ...]
 ) -> tuple[list[dict[str, Any]], float, int, list[str], dict[str, float]]:
     """The partitions on a pool of worker processes forked from the fork server
     (:mod:`pipeline.execute.processes`): no cluster, no GIL shared between tasks. Failed tasks, and tasks
@@ -261,16 +265,16 @@ def _execute_processes(
     from pipeline.execute.processes import ProcessPool
     from pipeline.execute.workers import start_fork_server
 
-    n = (config.execution.workers or usable_cores()) * config.execution.threads_per_worker
+    n = (execution.workers or usable_cores()) * execution.threads_per_worker
     n = max(1, min(n, len(todo)))
-    decisions = _decide_devices(_InProcess(), config, todo, ctx)
+    decisions = _decide_devices(_InProcess(), execution, todo, ctx)
     start_fork_server()  # idempotent: a `processes` run started it before planning
     records: list[dict[str, Any]] = []
     pool = ProcessPool(n, ctx, crs)
     try:
         names = [w.name for w in pool.workers]
         t_exec = time.perf_counter()
-        for rec in pool.run(todo, decisions, config.execution.retries):
+        for rec in pool.run(todo, decisions, execution.retries):
             records.append(rec)
             progress.task_done(rec)
         exec_wall = time.perf_counter() - t_exec
@@ -280,11 +284,11 @@ def _execute_processes(
     return records, exec_wall, n, names, peaks
 
 
-def threads_available(config: Config, threads: int) -> int:
-    """The worker threads the config asked for: local runs start no more than they have partitions."""
-    if config.execution.address:
+def threads_available(execution: ExecutionConfig, threads: int) -> int:
+    """The worker threads ``execution`` asked for: local runs start no more than they have partitions."""
+    if execution.address:
         return threads
-    return max(threads, (config.execution.workers or usable_cores()) * config.execution.threads_per_worker)
+    return max(threads, (execution.workers or usable_cores()) * execution.threads_per_worker)
 
 
 def machine_mb() -> float:
@@ -296,7 +300,12 @@ def machine_mb() -> float:
 
 
 def execute_tasks(
-    config: Config, todo: list[Any], ctx: TaskContext, progress: NoProgress, crs: tuple[str, ...], given: Any = None
+    execution: ExecutionConfig,
+    todo: list[Any],
+    ctx: TaskContext,
+    progress: NoProgress,
+    crs: tuple[str, ...],
+    given: Any = None,
 ) -> tuple[list[dict[str, Any]], float, int, list[str], dict[str, Any]]:
     """Submit every partition, then collect results as they finish: (records, wall, threads, workers,
     info), ``info`` holding the scheduler used, why, and each worker's peak memory (MB).
@@ -304,30 +313,30 @@ def execute_tasks(
     ``crs``: the tiles' CRSs, set up on every worker before the first task. ``given``: the caller's
     ``distributed.Client``, used as it is and left open. ``progress`` is told each task's record as it
     arrives (:meth:`~pipeline.report.progress.NoProgress.task_done`), and the dashboard's link."""
-    scheduler, why = choose_scheduler(config, todo, given)
+    scheduler, why = choose_scheduler(execution, todo, given)
     logger.info("scheduler: %s (%s)", scheduler, why)
     info: dict[str, Any] = {"scheduler": scheduler, "reason": why}
     if scheduler in ("threads", "processes"):
         execute = _execute_threads if scheduler == "threads" else _execute_processes
-        done, exec_wall, threads, names, info["worker_peak_mb"] = execute(config, todo, ctx, progress, crs)
+        done, exec_wall, threads, names, info["worker_peak_mb"] = execute(execution, todo, ctx, progress, crs)
         info["worker_limit_mb"] = {name: machine_mb() for name in names}  # this machine's memory
         return done, exec_wall, threads, names, info
 
     from distributed import as_completed
 
     records: list[dict[str, Any]] = []
-    client, cluster = (given, None) if given is not None else _start_client(config, len(todo))
+    client, cluster = (given, None) if given is not None else _start_client(execution, len(todo))
     stopped = interrupted = False
     try:
-        if config.execution.dashboard and (link := dashboard_link(client)):
+        if execution.dashboard and (link := dashboard_link(client)):
             info["dashboard"] = link
             progress.note(f"dashboard: {link}")
         info_workers = client.scheduler_info(n_workers=-1)["workers"]
         worker_names = [str(w.get("name", a)) for a, w in info_workers.items()]
         threads = sum(int(w.get("nthreads", 1)) for w in info_workers.values()) or 1
-        local = not config.execution.address and given is None
+        local = not execution.address and given is None
         client.run(warm_up, _worker_log_level() if local else None, ctx, crs, local)
-        decisions = _decide_devices(client, config, todo, ctx)
+        decisions = _decide_devices(client, execution, todo, ctx)
         gpu_resources = any("GPU" in (w.get("resources") or {}) for w in info_workers.values())
         t_exec = time.perf_counter()
         futures: list[Any] = []
@@ -341,7 +350,7 @@ def execute_tasks(
                         device,
                         reason,
                         key=p.key,
-                        retries=config.execution.retries,
+                        retries=execution.retries,
                         pure=False,
                         **submit_options(device, gpu_resources),
                     )

@@ -8,40 +8,47 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from pipeline.config import Config
 from pipeline.errors import RunInterrupted, StoreFullError, Switches
 from pipeline.planning.plan import Plan
 from pipeline.report.progress import NoProgress
 from pipeline.store.layout import journal_done
 from pipeline.store.space import full_message
 
+if TYPE_CHECKING:
+    from pipeline.config import OutputConfig, StorageConfig
+
 logger = logging.getLogger(__name__)
 
 
-def _finished(config: Config, plan: Plan) -> int:
-    """Partitions of ``plan`` the store's journal records as finished (0 where it cannot be read)."""
+def _finished(output: OutputConfig, storage: StorageConfig, plan: Plan) -> int:
+    """Partitions of ``plan`` the journal of the store at ``output.path`` records as finished (0 where it
+    cannot be read)."""
     try:
         keys = set(plan.partitions.keys())
-        return len(keys & journal_done(config.output.path, config.storage))
+        return len(keys & journal_done(output.path, storage))
     except Exception as e:  # noqa: BLE001 - the count is for the message; the journal itself is intact
         logger.debug("journal not read: %s", e)
         return 0
 
 
 @contextlib.contextmanager
-def stopped_cleanly(config: Config, plan: Plan, switches: Switches, progress: NoProgress) -> Iterator[None]:
+def stopped_cleanly(
+    output: OutputConfig, storage: StorageConfig, plan: Plan, switches: Switches, progress: NoProgress
+) -> Iterator[None]:
     """Turn Ctrl-C into :class:`RunInterrupted` and a full device into a :class:`StoreFullError` whose
-    message names the device, the bytes the plan still writes and how to resume."""
+    message names the device, the bytes the plan still writes and how to resume (the store: ``output.path``,
+    reached with ``storage``)."""
     try:
         yield
     except KeyboardInterrupt:
         progress.close()
         total = len(plan.partitions)
-        raise RunInterrupted(config.output.path, _finished(config, plan), total, switches.resume) from None
+        raise RunInterrupted(output.path, _finished(output, storage, plan), total, switches.resume) from None
     except StoreFullError as e:
         progress.close()
         total = len(plan.partitions)
-        left = total - _finished(config, plan)
+        left = total - _finished(output, storage, plan)
         needed = int(plan.bytes_out * left / max(total, 1))
         raise StoreFullError(e.path, full_message(e, needed, left, total, switches)) from None

@@ -8,13 +8,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import xarray
 
-    from pipeline.config.model import Config
+    from pipeline.config import OutputConfig
+    from pipeline.storage import Storage
 
 
-def open_cube(config: Config) -> xarray.Dataset:
-    """The written cube as a lazy ``xarray.Dataset`` (one variable per band, dims time, y, x)."""
+def open_cube(output: OutputConfig, storage: Storage | None = None) -> xarray.Dataset:
+    """The cube written at ``output.path`` (reached with ``storage``; None: the defaults) as a lazy
+    ``xarray.Dataset`` (one variable per band, dims time, y, x)."""
     import xarray as xr
 
     from pipeline.storage import zarr_store
 
-    return xr.open_zarr(zarr_store(config.output.path, config.storage), consolidated=True)
+    return xr.open_zarr(zarr_store(output.path, storage), consolidated=True)
