@@ -48,9 +48,7 @@ def machine_key() -> str:
 
 def measure_chunk_cost() -> dict[str, Any]:
     """Run the calibration job now: ``{fixed_s, per_mb_s, chunks, seconds}``."""
-    from pipeline.config import validate
-    from pipeline.execute.prepare import _prepare_store, plan_run, task_context
-    from pipeline.execute.task import run_partition
+    from pipeline.execute.prepare import job_records
     from pipeline.report.diagnostics import compute_chunk_costs
     from pipeline.tools.fixtures import write_fixtures
 
@@ -59,7 +57,7 @@ def measure_chunk_cost() -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="pipeline-chunk-cost-") as tmp:
         write_fixtures(os.path.join(tmp, "tiles"), "calibration", workers=1)
         for side in CHUNK_SIDES:
-            cfg = validate(
+            records += job_records(
                 {
                     "inputs": {"paths": [os.path.join(tmp, "tiles", "**", "*.tif")], "pattern": PATTERN},
                     "grid": {"crs": "EPSG:32632", "resolution": 20},
@@ -67,10 +65,6 @@ def measure_chunk_cost() -> dict[str, Any]:
                     "execution": {"on_error": "fail"},
                 }
             )
-            _, plan = plan_run(cfg)
-            _prepare_store(cfg, plan, overwrite=True, resume=False)
-            ctx = task_context(cfg, plan)
-            records += [run_partition(p, ctx) for p in plan.partitions]
     fit = compute_chunk_costs(records)
     if fit is None:  # cannot happen with two chunk sizes; a machine that says otherwise gets no figure
         raise RuntimeError("the calibration job's chunks did not vary in size")

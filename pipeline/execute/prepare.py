@@ -178,3 +178,17 @@ def task_context(config: Config, plan: Plan, catalog: Any = None) -> TaskContext
         run_token=uuid.uuid4().hex,
         compiled=compiled.choose()[0],
     )
+
+
+def job_records(settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run a small job here, task after task in plan order: ``settings`` validated into a config, planned,
+    its store written (replacing one there), each partition run on this thread. The records (the
+    chunk-cost calibration's job, :mod:`pipeline.execute.chunkcost`)."""
+    from pipeline.config import validate
+    from pipeline.execute.task import run_partition
+
+    config = validate(settings)
+    _, plan = plan_run(config)
+    _prepare_store(config, plan, overwrite=True, resume=False)
+    ctx = task_context(config, plan)
+    return [run_partition(p, ctx) for p in plan.partitions]
