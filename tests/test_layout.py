@@ -121,6 +121,48 @@ def test_planning_and_report_do_no_io() -> None:
             assert not [m for m in imported if any(_within(m, p) for p in io)], name
 
 
+CONFIG_HOLDERS = ("pipeline.execute.runner", "pipeline.execute.prepare")
+"""The modules of ``execute/`` that hold the whole config: the run's wiring, and its preparation, which hands
+each stage its sections."""
+WHOLE_CONFIG = ("pipeline.config.model.Config", "pipeline.config.Config")
+"""The whole config's class, as :data:`IMPORTS` records ``from pipeline.config.model import Config`` and
+``from pipeline.config import Config``."""
+
+
+def _whole_config_imports(imports: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(module, import) of each stage module, and each ``execute/`` module but :data:`CONFIG_HOLDERS`, that
+    imports the whole config's class."""
+    found = []
+    for name, imported in sorted(imports.items()):
+        stage = any(_within(name, s) for s in (*STAGES, "pipeline.storage"))
+        executing = _within(name, "pipeline.execute") and name not in CONFIG_HOLDERS
+        if stage or executing:
+            found += [(name, m) for m in WHOLE_CONFIG if m in imported]
+    return found
+
+
+def test_the_config_check_finds_the_whole_config() -> None:
+    imports = {
+        "pipeline.inputs.files": {"pipeline.config", "pipeline.config.Config"},
+        "pipeline.execute.schedulers": {"pipeline.config.model", "pipeline.config.model.Config"},
+        "pipeline.store.cube": {"pipeline.config", "pipeline.config.OutputConfig"},
+        "pipeline.execute.runner": {"pipeline.config", "pipeline.config.Config"},
+        "pipeline.cli": {"pipeline.config.model", "pipeline.config.model.Config"},
+    }
+    assert _whole_config_imports(imports) == [
+        ("pipeline.execute.schedulers", "pipeline.config.model.Config"),
+        ("pipeline.inputs.files", "pipeline.config.Config"),
+    ]
+
+
+def test_stages_take_their_sections_not_the_whole_config() -> None:
+    """Each stage takes its own sections of the config (``config.inputs``, ``config.storage``...) and plain
+    values, never the whole ``Config``: only the entry points (``cli``, ``api``, ``tools/``), the runner and
+    its preparation (:mod:`pipeline.execute.prepare`, which hands the sections out) import it, at the top,
+    inside functions or for type checkers alike."""
+    assert _whole_config_imports(IMPORTS) == []
+
+
 SOURCES = ("pipeline.inputs.files", "pipeline.inputs.stac", "pipeline.inputs.stac_parquet")
 """The sources of tiles: each feeds the one builder, :mod:`pipeline.inputs.catalog`."""
 

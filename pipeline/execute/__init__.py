@@ -1,6 +1,8 @@
 """Execution: the wiring from a config to a finished cube, and the one task that does the work.
 
 * :mod:`~pipeline.execute.runner`: index -> plan -> store template -> tasks -> finalize -> report;
+* :mod:`~pipeline.execute.prepare`: the run's catalog, plan, store and task context, each stage handed its
+  sections of the config (the runner and it are the only modules here that hold the whole config);
 * :mod:`~pipeline.execute.schedulers`: where the tasks run (threads in this process, a pool of worker
   processes, a local cluster, or a cluster by address) and ``auto``'s rule, costliest first, with retries;
 * :mod:`~pipeline.execute.processes`: the pool of worker processes (no Dask);
