@@ -96,11 +96,32 @@ def test_stages_never_import_execute_api_cli_or_tools() -> None:
             assert upward == [], (name, upward)
 
 
+NAME_TABLES = {"pipeline.execute.executors": "pipeline.config", "pipeline.resample.methods": "pipeline.config"}
+"""The tables of names that a package above reads from the package that owns them (the config validates
+``execution.scheduler`` and ``resampling`` against them), so that an executor or a method is added in its own
+package alone: each imports nothing."""
+
+
 def test_only_the_entry_points_import_execute() -> None:
+    """... and the config, which reads the executors' names (:data:`NAME_TABLES`)."""
     allowed = ("pipeline.execute", "pipeline.api", "pipeline.cli", "pipeline.tools")
     for name, imported in IMPORTS.items():
-        if name != "pipeline" and any(_within(m, "pipeline.execute") for m in _ours(imported)):
-            assert any(_within(name, a) for a in allowed), name
+        upward = {m for m in _ours(imported) if _within(m, "pipeline.execute")}
+        upward -= {
+            m for m in upward if any(_within(m, t) for t, reader in NAME_TABLES.items() if _within(name, reader))
+        }
+        if name != "pipeline" and upward:
+            assert any(_within(name, a) for a in allowed), (name, upward)
+
+
+def test_the_tables_of_names_import_nothing() -> None:
+    """The tables :data:`NAME_TABLES` lets the config read import nothing but ``__future__`` and dataclasses:
+    reading them costs the config no stage's imports (nor NumPy)."""
+    for table in NAME_TABLES:
+        assert IMPORTS[table] <= {"__future__", "__future__.annotations", "dataclasses", "dataclasses.dataclass"}, (
+            table,
+            IMPORTS[table],
+        )
 
 
 def test_nothing_imports_the_cli_and_only_the_cli_imports_the_api() -> None:
@@ -238,3 +259,13 @@ def test_no_import_circles() -> None:
     circles = _circles(graph)
     edges = [[f"{v} -> {sorted(graph[v] & set(c))}" for v in c] for c in circles]
     assert circles == [], edges
+
+
+def test_the_config_imports_no_stage_but_the_tables_of_names() -> None:
+    """The config serves every stage: of the packages above it, it imports only the tables of names
+    (:data:`NAME_TABLES`), never a stage's code."""
+    above = (*STAGES, "pipeline.execute", "pipeline.storage", "pipeline.api", "pipeline.cli", "pipeline.tools")
+    for name, imported in IMPORTS.items():
+        if _within(name, "pipeline.config"):
+            reached = {m for m in _ours(imported) if any(_within(m, p) for p in above)}
+            assert {m for m in reached if not any(_within(m, t) for t in NAME_TABLES)} == set(), name

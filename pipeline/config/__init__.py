@@ -3,7 +3,9 @@
 and :mod:`~pipeline.config.load` reads it from YAML with ``--set`` overrides.
 
 Owns: config keys, their defaults, rules, documentation and errors (:class:`~pipeline.errors.ConfigError`
-names the dotted key). Imports only :mod:`pipeline.errors`; every stage may import it.
+names the dotted key). Imports only :mod:`pipeline.errors` and the tables of names it validates against,
+which their packages own and which import nothing: :mod:`pipeline.resample.methods` (``resampling``) and
+:mod:`pipeline.execute.executors` (``execution.scheduler``); every stage may import it.
 Importing this package imports no pydantic: the model classes load on first use.
 """
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Annotated, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -16,9 +16,14 @@ from pydantic import (
 
 from pipeline.config import SCHEDULERS, is_url, validate_crs
 from pipeline.errors import ConfigError
+from pipeline.resample.methods import NAMES as METHOD_NAMES
 
-Resampling = Literal["nearest", "bilinear", "cubic", "average", "mode", "min", "max", "median"]
-"""The kernels' methods (``pipeline.resample.kernels.KERNEL_METHODS``; a test keeps them equal)."""
+if TYPE_CHECKING:
+    Resampling = str
+else:
+    Resampling = Literal[METHOD_NAMES]
+"""The resampling methods: the names of :mod:`pipeline.resample.methods`'s table (which imports nothing), so
+that a method is added in ``resample/`` alone."""
 
 
 Fuse = Literal["first", "last", "min", "max", "mean"]
@@ -262,9 +267,7 @@ def auto_none(value: Any) -> Any:
 def as_scheduler(value: str) -> str:
     """``execution.scheduler``: one of the modes, or a scheduler's address."""
     if value not in SCHEDULERS and "://" not in value:
-        raise ValueError(
-            f"must be auto | threads | processes | local-cluster or an address like tcp://host:8786, got {value!r}"
-        )
+        raise ValueError(f"must be {' | '.join(SCHEDULERS)} or an address like tcp://host:8786, got {value!r}")
     return value
 
 

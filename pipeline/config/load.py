@@ -16,14 +16,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import ConfigError
+from pipeline.execute.executors import NAMES
 
 if TYPE_CHECKING:
     from pipeline.config.model import Config
 
 # Keys whose values are paths (resolved against the config folder or the cwd).
 _PATH_KEYS = {"inputs.paths", "inputs.stac", "inputs.index", "output.path", "report.path"}
-SCHEDULERS = ("auto", "threads", "processes", "local-cluster")
-"""``execution.scheduler``'s modes; any other value is the address of an existing Dask scheduler."""
+SCHEDULERS = NAMES
+"""``execution.scheduler``'s modes (:mod:`pipeline.execute.executors`'s names); any other value is the address
+of an existing Dask scheduler."""
 
 
 def is_url(value: str) -> bool:

@@ -26,7 +26,7 @@ from typing import Annotated, Any, NotRequired, Required, get_args, get_origin
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 from typing_extensions import is_typeddict
 
-from pipeline.config.fields import Engine, Fuse, Resampling, as_resampling
+from pipeline.config.fields import METHOD_NAMES, Engine, Fuse, Resampling, as_resampling
 from pipeline.config.sections import ChunksConfig as ChunksConfig  # (re-exported, as are the other `as` names)
 from pipeline.config.sections import (
     CompositeConfig,
@@ -66,7 +66,7 @@ class Config(Section):
         BeforeValidator(as_resampling, json_schema_input_type=Resampling | dict[str, Resampling]),
     ] = Field(
         "average",
-        description="nearest | bilinear | cubic | average | mode | min | max | median; or per band, as odc-stac "
+        description=" | ".join(METHOD_NAMES) + "; or per band, as odc-stac "
         'takes it: {"*": average, SCL: mode} ("*": every other band; default average). A band STAC marks as '
         "classes or bit flags (classification:*) and not named here takes mode where the rest blend.",
     )

@@ -57,6 +57,7 @@ from pipeline.config.fields import (
     auto_none,
 )
 from pipeline.errors import ConfigError
+from pipeline.execute.executors import SCHEDULERS as EXECUTORS
 
 
 class Section(BaseModel):
@@ -292,10 +293,8 @@ class ExecutionConfig(Section):
 
     scheduler: Annotated[str, AfterValidator(as_scheduler)] = Field(
         "auto",
-        description=(
-            "auto | threads | processes (a pool of worker processes on this machine, no Dask cluster) | "
-            "local-cluster | the address of an existing Dask scheduler (tcp://host:8786)."
-        ),
+        description=" | ".join(f"{name} ({what})" if what else name for name, what in EXECUTORS.items())
+        + " | the address of an existing Dask scheduler (tcp://host:8786).",
     )
     workers: Annotated[
         PosInt | None, BeforeValidator(auto_none, json_schema_input_type=Literal["auto"] | PosInt | None)

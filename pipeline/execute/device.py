@@ -26,19 +26,11 @@ from typing import Any
 
 from pipeline.errors import DeviceError
 from pipeline.resample.kernels import KERNEL_METHODS
+from pipeline.resample.methods import METHODS
 
-# CPU resample rates (Mpx/s of output per core) used when nothing better is known: the array kernels
-# on one core, cross-CRS 1024^2 (the slower case), from bench/kernels.py on this project's machine.
-CPU_MPX_S = {
-    "nearest": 50.0,
-    "bilinear": 9.0,
-    "cubic": 3.5,
-    "average": 12.0,
-    "mode": 1.7,
-    "min": 7.0,
-    "max": 7.0,
-    "median": 4.0,
-}
+# CPU resample rates (Mpx/s of output per core) used when nothing better is known: each method's row of
+# the table (the array kernels on one core, cross-CRS 1024^2, from bench/kernels.py).
+CPU_MPX_S = {name: m.cpu_mpx_s for name, m in METHODS.items()}
 # Temporal reductions on one core, Mpx/s of pixels x dates (`python bench/reduce.py`: 1024^2 uint16 stacks
 # with 40% nodata on the 2-core AMD EPYC, shared; the median at 8 dates, the slowest depth measured;
 # the profile's "reduce:<reducer>" entries override them).

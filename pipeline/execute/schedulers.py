@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -284,6 +284,16 @@ def _execute_processes(
     return records, exec_wall, n, names, peaks
 
 
+EXECUTORS: dict[str, Callable[..., tuple[list[dict[str, Any]], float, int, list[str], dict[str, float]]]] = {
+    "threads": _execute_threads,
+    "processes": _execute_processes,
+}
+"""The executors that run on this machine without Dask, by their name in
+:data:`pipeline.execute.executors.SCHEDULERS`: each takes ``(execution, todo, ctx, progress, crs)`` and returns
+(records, wall, threads, worker names, each worker's peak MB). ``local-cluster`` and a scheduler's address
+go through Dask (:func:`execute_tasks`); ``auto`` is :func:`choose_scheduler`'s rule."""
+
+
 def threads_available(execution: ExecutionConfig, threads: int) -> int:
     """The worker threads ``execution`` asked for: local runs start no more than they have partitions."""
     if execution.address:
@@ -316,8 +326,8 @@ def execute_tasks(
     scheduler, why = choose_scheduler(execution, todo, given)
     logger.info("scheduler: %s (%s)", scheduler, why)
     info: dict[str, Any] = {"scheduler": scheduler, "reason": why}
-    if scheduler in ("threads", "processes"):
-        execute = _execute_threads if scheduler == "threads" else _execute_processes
+    if scheduler in EXECUTORS:
+        execute = EXECUTORS[scheduler]
         done, exec_wall, threads, names, info["worker_peak_mb"] = execute(execution, todo, ctx, progress, crs)
         info["worker_limit_mb"] = {name: machine_mb() for name in names}  # this machine's memory
         return done, exec_wall, threads, names, info

@@ -12,7 +12,7 @@ import numpy as np
 
 from pipeline.execute.context import TaskContext
 from pipeline.inputs import netstats
-from pipeline.resample import compiled
+from pipeline.resample import compiled, fuse, kernels  # noqa: F401 - the kernels, imported before a fork server forks
 
 
 def worker_name() -> str:

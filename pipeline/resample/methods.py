@@ -1,5 +1,6 @@
-"""The one table of resampling methods: what planning, the kernels, the GPU check and the GDAL
-engine each need to know about a method, in one place. Pure data; imports nothing.
+"""The one table of resampling methods: what the config, planning, the kernels, the GPU check, the device
+model and the GDAL engine each need to know about a method, in one place. Pure data; imports nothing (the
+config reads its names: a method is added in ``resample/`` alone).
 """
 
 from __future__ import annotations
@@ -27,13 +28,24 @@ class Method:
     """Whether a device must match NumPy bit for bit (value pickers) or within 1e-3 relative."""
     ties: str
     """How ties and nodata are settled, as GDAL does."""
+    cpu_mpx_s: float
+    """The array kernel's rate on one CPU core, Mpx/s of output, cross-CRS 1024^2 (the slower case), from
+    ``bench/kernels.py`` on this project's machine: the device model's figure where nothing better is known
+    (:mod:`pipeline.execute.device`)."""
 
 
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
         Method(
-            "nearest", "point", "nearest", 1, False, True, "the source pixel containing the centre, floor(x + 1e-10)"
+            "nearest",
+            "point",
+            "nearest",
+            1,
+            False,
+            True,
+            "the source pixel containing the centre, floor(x + 1e-10)",
+            50.0,
         ),
         Method(
             "bilinear",
@@ -43,13 +55,18 @@ METHODS: dict[str, Method] = {
             True,
             False,
             "kernel stretched over 1/scale when downsampling; weights renormalised over valid pixels",
+            9.0,
         ),
-        Method("cubic", "point", "cubic", 3, True, False, "Keys a = -0.5, stretched and renormalised as bilinear"),
-        Method("average", "footprint", "average", 2, True, False, "area-weighted over the footprint; nodata ignored"),
-        Method("mode", "rank", "mode", 2, False, True, "the value that first reaches the highest count in scan order"),
-        Method("min", "rank", "min", 2, False, True, "smallest valid value under the footprint"),
-        Method("max", "rank", "max", 2, False, True, "largest valid value under the footprint"),
-        Method("median", "rank", "med", 2, False, True, "the valid value at rank (n - 1) / 2"),
+        Method("cubic", "point", "cubic", 3, True, False, "Keys a = -0.5, stretched and renormalised as bilinear", 3.5),
+        Method(
+            "average", "footprint", "average", 2, True, False, "area-weighted over the footprint; nodata ignored", 12.0
+        ),
+        Method(
+            "mode", "rank", "mode", 2, False, True, "the value that first reaches the highest count in scan order", 1.7
+        ),
+        Method("min", "rank", "min", 2, False, True, "smallest valid value under the footprint", 7.0),
+        Method("max", "rank", "max", 2, False, True, "largest valid value under the footprint", 7.0),
+        Method("median", "rank", "med", 2, False, True, "the valid value at rank (n - 1) / 2", 4.0),
     )
 }
 
