@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -129,3 +130,44 @@ def test_the_config_leaves_a_stac_documents_form_to_the_inputs() -> None:
     for name in ("items.ndjson", "items.geojson", "catalog.json", "items.parquet"):
         cfg = Config(inputs={"stac": f"/tmp/{name}"}, output={"path": "/tmp/o.zarr"})
         assert cfg.inputs.stac == f"/tmp/{name}"
+
+
+def _config_keys() -> set[str]:
+    """``section.key`` of every section's keys (``grid.crs``...), which the doc names beside modules."""
+    from pydantic import BaseModel
+
+    keys = set()
+    for section, field in Config.model_fields.items():
+        for kind in (field.annotation, *getattr(field.annotation, "__args__", ())):
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                keys |= {f"{section}.{k}" for k in kind.model_fields}
+    return keys
+
+
+def test_the_architecture_names_what_exists() -> None:
+    """Every module and ``module.name`` docs/architecture.md names (``inputs/read.read_window``,
+    ``kernels.RESAMPLERS``, ``resample.reduce.peak_bytes``...) exists, in the picture and the text alike."""
+    import importlib
+
+    text = (PKG.parent / "docs" / "architecture.md").read_text()
+    modules: dict[str, list[Path]] = {}
+    for p in sorted(PKG.rglob("*.py")):
+        modules.setdefault(p.stem, []).append(p)
+    files = {
+        p.name for d in ("pipeline", "tests", "bench") for p in (PKG.parent / d).rglob("*") if p.suffix in (".py", ".c")
+    }
+    for name in set(re.findall(r"\b([a-z_0-9]+\.(?:py|c))\b", text)):
+        assert name in files or (PKG.parent / name).exists(), name
+    keys = _config_keys()
+    missing = []
+    for path, attr in set(re.findall(r"\b((?:[a-z_]+[/.])*[a-z_0-9]+)\.([A-Za-z_][A-Za-z_0-9]*)\b", text)):
+        if attr in ("py", "c", "md", "yaml", "json") or f"{path}.{attr}" in keys:
+            continue
+        parts = path.replace("/", ".").split(".")
+        found = [p for p in modules.get(parts[-1], []) if p.with_suffix("").parts[-len(parts) :] == tuple(parts)]
+        if not found:
+            continue  # not a module of ours (``pipeline.Config``, ``config.yaml``)
+        names = [".".join(p.relative_to(PKG.parent).with_suffix("").parts) for p in found]
+        if not any(hasattr(importlib.import_module(n), attr) for n in names):
+            missing.append(f"{path}.{attr}")
+    assert missing == []

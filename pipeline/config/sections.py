@@ -107,7 +107,9 @@ class InputsConfig(Section):
         "Give one of paths, stac, stac_search.",
     )
     stac: PathStr | None = Field(
-        None, description="Instead of paths: a STAC ItemCollection (.json), catalog.json or stac-geoparquet file."
+        None,
+        description="Instead of paths: a STAC document, e.g. an ItemCollection (.json), a catalog.json or a "
+        "stac-geoparquet file (docs/inputs.md lists the forms read).",
     )
     stac_search: StacSearch | None = Field(
         None, description="Instead of paths: a STAC API search {url, collections, bbox, datetime, query}."
