@@ -269,3 +269,13 @@ def test_the_config_imports_no_stage_but_the_tables_of_names() -> None:
         if _within(name, "pipeline.config"):
             reached = {m for m in _ours(imported) if any(_within(m, p) for p in above)}
             assert {m for m in reached if not any(_within(m, t) for t in NAME_TABLES)} == set(), name
+
+
+MAX_LINES = 500
+"""A module of the package holds at most this many lines: one past it is split by responsibility."""
+
+
+def test_no_module_is_over_the_line_limit() -> None:
+    sizes = {str(p.relative_to(PKG.parent)): len(p.read_text().splitlines()) for p in PKG.rglob("*.py")}
+    assert {path: n for path, n in sizes.items() if n > MAX_LINES} == {}
+    assert max(sizes.values()) > 200  # the walk reads the modules
