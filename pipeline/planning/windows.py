@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pipeline.errors import ConfigError
-from pipeline.planning.grid import GridSpec, transform_boxes, transform_points
+from pipeline.planning.grid import GridSpec, is_geographic, transform_boxes, transform_points
 from pipeline.resample.methods import METHODS
 
 if TYPE_CHECKING:
@@ -243,6 +243,9 @@ def chunk_windows(
         boxes_src[needed] = transform_boxes(grid.crs, crs_names[code], chunk_boxes[needed], n=9)
         bx = boxes_src[pair_cy[sel] * nx + pair_cx[sel]]
         t = aff[tile_of[sel]]
+        if is_geographic(crs_names[code]):  # the chunk's longitudes, by whole turns, where the tile lies
+            turn = np.round((t[:, 2] + t[:, 0] * lw[tile_of[sel]] / 2 - (bx[:, 0] + bx[:, 2]) / 2) / 360.0)
+            bx = bx + np.nan_to_num(turn)[:, None] * np.array([360.0, 0.0, 360.0, 0.0])
         pad_sel = pad if np.isscalar(pad) else np.asarray(pad)[tile_of[sel]]
         with np.errstate(invalid="ignore"):
             col0 = np.floor((bx[:, 0] - t[:, 2]) / t[:, 0]) - pad_sel
