@@ -29,7 +29,13 @@ def sphere_field(lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
 
 
 def write_tile(
-    path: Path, crs: str, origin: tuple[float, float], res: float, shape_yx: tuple[int, int], *, nodata: bool
+    path: Path,
+    crs: str,
+    origin: tuple[float, float],
+    res: float | tuple[float, float],
+    shape_yx: tuple[int, int],
+    *,
+    nodata: bool,
 ) -> str:
     """One uint16 COG in ``crs`` with its corner at ``origin``; 0 where no data (a swath edge along one
     corner); the nodata tag 0, or none."""
@@ -40,15 +46,16 @@ def write_tile(
         return str(path)
     h, w = shape_yx
     x0, y0 = origin
-    cols = x0 + (np.arange(w) + 0.5) * res
-    rows = y0 - (np.arange(h) + 0.5) * res
+    rx, ry = (res, res) if isinstance(res, int | float) else res
+    cols = x0 + (np.arange(w) + 0.5) * rx
+    rows = y0 - (np.arange(h) + 0.5) * ry
     xx, yy = np.meshgrid(cols, rows)
     lon, lat = Transformer.from_crs(crs, "EPSG:4326", always_xy=True).transform(xx, yy)
     data = np.where(np.isfinite(lon), sphere_field(lon, lat), 0).astype("uint16")
     edge = (np.arange(h)[:, None] / h + np.arange(w)[None, :] / w) < 0.15  # the swath edge: no data
     data[edge] = 0
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_cog(str(path), data, crs, from_origin(x0, y0, res, res), 0 if nodata else None)
+    _write_cog(str(path), data, crs, from_origin(x0, y0, rx, ry), 0 if nodata else None)
     return str(path)
 
 
@@ -144,3 +151,29 @@ def antimeridian_items(files: list[str], times: dict[str, str]) -> list[dict[str
         tile = item["id"].rsplit("_", 1)[0]
         item["properties"]["datetime"] = times[tile]
     return items
+
+
+def write_north_pole(root: Path) -> list[str]:
+    """Sources up to 90N: four EPSG:4326 tiles of 90 x 2 degrees (88-90N, 0.1 x 0.01 degree pixels, as a
+    global product is cut), and a UTM 33N tile (400 m, 256 px) around the pole itself."""
+    files = [
+        write_tile(
+            root / CHUKOTKA_DATE / f"G{k}_B01.tif", "EPSG:4326", (x0, 90.0), (0.1, 0.01), (200, 900), nodata=False
+        )
+        for k, x0 in enumerate((-180.0, -90.0, 0.0, 90.0))
+    ]
+    files.append(
+        write_tile(
+            root / CHUKOTKA_DATE / "U33_B02.tif", "EPSG:32633", (449200.0, 10049200.0), 400, (256, 256), nodata=True
+        )
+    )
+    return sorted(files)
+
+
+def write_south_pole(root: Path) -> list[str]:
+    """Antarctic polar-stereographic (EPSG:3031) tiles meeting at the South Pole: four of 256 px at 500 m,
+    one a quadrant around (0, 0)."""
+    return sorted(
+        write_tile(root / CHUKOTKA_DATE / f"Q{k}_B01.tif", "EPSG:3031", (x0, y0), 500, (256, 256), nodata=k % 2 == 0)
+        for k, (x0, y0) in enumerate(((-128000.0, 128000.0), (0.0, 128000.0), (-128000.0, 0.0), (0.0, 0.0)))
+    )
