@@ -97,23 +97,35 @@ def _interior(boxes: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     return x0 + (x1 - x0) * u, y0 + (y1 - y0) * v
 
 
-def transform_boxes(src_crs: str, dst_crs: str, boxes: np.ndarray, n: int = 9, interior: int = 5) -> np.ndarray:
-    """Bounding boxes in ``dst_crs`` of ``boxes`` in ``src_crs``; NaN if unprojectable.
-
-    From points along the edges (``n`` each) and an ``interior`` x ``interior`` grid inside, as GDAL samples
-    a window where its edges alone fail. A box that holds a pole holds the pole's image: in a geographic
-    ``dst_crs`` every longitude and latitude 90 (or -90). In a geographic ``dst_crs`` longitudes are
-    continuous (:func:`unwrap_longitudes`): a box across the antimeridian runs past 180 or -180."""
-    boxes = np.asarray(boxes, dtype="f8").reshape(-1, 4)
-    if src_crs == dst_crs:
-        return boxes.copy()
-    ex, ey = densify_boxes(boxes, n)
-    ix, iy = _interior(boxes, interior) if interior > 0 else (ex[:, :0], ey[:, :0])
-    xs, ys = np.concatenate([ex, ix], axis=1), np.concatenate([ey, iy], axis=1)
+def _project(src_crs: str, dst_crs: str, xs: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Points (rows of them) into ``dst_crs``; NaN where they do not project (or land at infinity)."""
     xo, yo = transform_points(src_crs, dst_crs, xs.ravel(), ys.ravel())
     xo, yo = xo.reshape(xs.shape), yo.reshape(ys.shape)
     bad = ~(np.isfinite(xo) & np.isfinite(yo)) | (np.abs(xo) > 1e15) | (np.abs(yo) > 1e15)
-    xo, yo = np.where(bad, np.nan, xo), np.where(bad, np.nan, yo)
+    return np.where(bad, np.nan, xo), np.where(bad, np.nan, yo)
+
+
+def transform_boxes(src_crs: str, dst_crs: str, boxes: np.ndarray, n: int = 9, interior: int = 11) -> np.ndarray:
+    """Bounding boxes in ``dst_crs`` of ``boxes`` in ``src_crs``; NaN if unprojectable.
+
+    From points along the edges (``n`` each) and, where one of them fails to project, an ``interior`` x
+    ``interior`` grid inside, as GDAL samples a window whose edges fail. A box that holds a pole holds the
+    pole's image: in a geographic ``dst_crs`` every longitude and latitude 90 (or -90). In a geographic
+    ``dst_crs`` longitudes are continuous (:func:`unwrap_longitudes`): a box across the antimeridian runs
+    past 180 or -180."""
+    boxes = np.asarray(boxes, dtype="f8").reshape(-1, 4)
+    if src_crs == dst_crs:
+        return boxes.copy()
+    xs, ys = densify_boxes(boxes, n)
+    xo, yo = _project(src_crs, dst_crs, xs, ys)
+    failed = np.flatnonzero(np.isnan(xo).any(axis=1))
+    if interior > 0 and len(failed):  # where an edge fails, a grid inside, as GDAL's sample grid
+        ix, iy = _interior(boxes[failed], interior)
+        gx, gy = _project(src_crs, dst_crs, ix, iy)
+        pad = np.full((len(boxes), gx.shape[1]), np.nan)
+        px, py = pad.copy(), pad.copy()
+        px[failed], py[failed] = gx, gy
+        xo, yo = np.concatenate([xo, px], axis=1), np.concatenate([yo, py], axis=1)
     geographic = is_geographic(dst_crs)
     if geographic:
         xo = unwrap_longitudes(xo)
@@ -126,8 +138,8 @@ def transform_boxes(src_crs: str, dst_crs: str, boxes: np.ndarray, n: int = 9, i
     for k, pole in enumerate(pole_positions(src_crs)):
         if pole is None:
             continue
-        px, py = pole
-        inside = (boxes[:, 0] <= px) & (px <= boxes[:, 2]) & (boxes[:, 1] <= py) & (py <= boxes[:, 3])
+        pole_x, pole_y = pole
+        inside = (boxes[:, 0] <= pole_x) & (pole_x <= boxes[:, 2]) & (boxes[:, 1] <= pole_y) & (pole_y <= boxes[:, 3])
         if not inside.any():
             continue
         if geographic:  # the pole is a line: every longitude, at latitude 90 (-90)

@@ -246,7 +246,7 @@ def compute_plan(
         grid, footprints[rep], aff[rep], lw[rep], lh[rep], crs_code[rep], crs_names, tile_pad[rep]
     )
     tile_of, pair_cp = expand_classes(tile_class, class_of, len(rep))
-    check_coverage(grid, tiles, aff, tile_of, cp_cy[pair_cp], cp_cx[pair_cp], cp_win[pair_cp], origin)
+    check_coverage(grid, tiles.rows(rep), aff[rep], class_of, cp_cy, cp_cx, cp_win, origin[rep])  # one tile a class
 
     # Group pairs into chunk jobs; order jobs (time, band, [shard row, shard col,] cy, cx) so neighbours
     # share files (and a shard's chunks are consecutive); a job's pairs stay in tile (fuse) order.
