@@ -248,3 +248,47 @@ def test_the_coverage_check_fires_on_a_broken_plan() -> None:
     short[:, 3] = short[:, 1] + 1
     with pytest.raises(PlanCoverageError):
         check_coverage(plan.grid, tiles, aff, tile, cy, cx, short, origin)
+
+
+def test_solar_days_of_items_across_180() -> None:
+    """The middle of a bbox across 180 is near 180, and so is the middle of items either side of it: a pass
+    over 180 at 23:10 and 00:20 UTC is one solar day (+12 h), as it is at the grid's centre."""
+    from pipeline.inputs.stac_fields import bbox_longitude, compute_time_steps, longitude_middle
+
+    lon = bbox_longitude(np.array([179.91, 179.97, 170.0]), np.array([-179.97, -179.91, 171.0]))
+    assert np.allclose(lon, [179.97, -179.97, 170.5])
+    assert longitude_middle(lon[:2]) == pytest.approx(180.0)
+    assert longitude_middle(np.array([10.0, 20.0, np.nan])) == 15.0
+    assert longitude_middle(np.array([np.nan])) == 0.0
+    times = np.array(["2024-07-14T23:10", "2024-07-15T00:20"], "datetime64[ns]")
+    steps = compute_time_steps(times, longitude_middle(lon[:2]), "solar_day")
+    assert len(np.unique(steps)) == 1 and steps[0] == times[0]
+    assert len(np.unique(compute_time_steps(times, 0.0, "solar_day"))) == 2  # what a middle of 0 made of it
+
+
+def test_a_4326_tile_past_180_is_judged_by_its_mask_a_turn_over() -> None:
+    """A 4326 tile planned a turn over (at 180..181) is read with its transform a turn over, and its mask
+    tile (mask.band) is moved as far, so the mask is sampled where the data is."""
+    specs = [
+        ("EPSG:4326", x0, -16.0, 400, 400, 0.0025, band, "2024-07-15")
+        for x0 in (179.0, -180.0)
+        for band in ("DEM", "SCL")
+    ]
+    tiles = virtual_tiles(specs)
+    tiles = tiles.assign(tile=np.array([f"{c:g}" for c in tiles["c"]], dtype=object))  # a band and its mask share it
+    plan = compute_plan(
+        tiles,
+        crs="EPSG:4326",
+        res_xy=(0.004, 0.004),
+        chunks_yx=(64, 64),
+        bounds=(179.5, -17.0, 180.5, -16.0),
+        resampling="bilinear",
+        fuse="first",
+        partition_mb=1,
+        mask_band="SCL",
+        bands_order=("DEM",),
+    )
+    sources = [s for p in plan.partitions for j in p.jobs for s in j.sources]
+    east = [s for s in sources if s.transform[2] >= 180.0]
+    assert east and all(s.mask is not None and s.mask.transform[2] == 180.0 for s in east)
+    assert all(s.mask is not None and s.mask.transform[2] == 179.0 for s in sources if s.transform[2] < 180.0)
