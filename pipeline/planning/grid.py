@@ -106,19 +106,30 @@ def _project(src_crs: str, dst_crs: str, xs: np.ndarray, ys: np.ndarray) -> tupl
 
 
 def transform_boxes(src_crs: str, dst_crs: str, boxes: np.ndarray, n: int = 9, interior: int = 11) -> np.ndarray:
+    """Bounding boxes in ``dst_crs`` of ``boxes`` in ``src_crs`` (:func:`transform_boxes_partial`'s)."""
+    return transform_boxes_partial(src_crs, dst_crs, boxes, n, interior)[0]
+
+
+def transform_boxes_partial(
+    src_crs: str, dst_crs: str, boxes: np.ndarray, n: int = 9, interior: int = 11
+) -> tuple[np.ndarray, np.ndarray]:
     """Bounding boxes in ``dst_crs`` of ``boxes`` in ``src_crs``; NaN if unprojectable.
 
     From points along the edges (``n`` each) and, where one of them fails to project, an ``interior`` x
     ``interior`` grid inside, as GDAL samples a window whose edges fail. A box that holds a pole holds the
     pole's image: in a geographic ``dst_crs`` every longitude and latitude 90 (or -90). In a geographic
     ``dst_crs`` longitudes are continuous (:func:`unwrap_longitudes`): a box across the antimeridian runs
-    past 180 or -180."""
+    past 180 or -180.
+
+    Also, per box, whether some of its points did not project (it lies across the edge of the projection's
+    domain): its box is then that of the part that did, which may miss some of what projects."""
     boxes = np.asarray(boxes, dtype="f8").reshape(-1, 4)
     if src_crs == dst_crs:
-        return boxes.copy()
+        return boxes.copy(), np.zeros(len(boxes), dtype=bool)
     xs, ys = densify_boxes(boxes, n)
     xo, yo = _project(src_crs, dst_crs, xs, ys)
-    failed = np.flatnonzero(np.isnan(xo).any(axis=1))
+    partial = np.isnan(xo).any(axis=1)
+    failed = np.flatnonzero(partial)
     if interior > 0 and len(failed):  # where an edge fails, a grid inside, as GDAL's sample grid
         ix, iy = _interior(boxes[failed], interior)
         gx, gy = _project(src_crs, dst_crs, ix, iy)
@@ -155,7 +166,7 @@ def transform_boxes(src_crs: str, dst_crs: str, boxes: np.ndarray, n: int = 9, i
             out[inside, 1] = np.fmin(out[inside, 1], qy[0])
             out[inside, 2] = np.fmax(out[inside, 2], qx[0])
             out[inside, 3] = np.fmax(out[inside, 3], qy[0])
-    return out
+    return out, partial & np.isfinite(out).all(axis=1)
 
 
 def offset_transform(

@@ -181,11 +181,11 @@ def compute_plan(
         if mask_of is not None:
             mask_of = mask_of[order]
         layer = tile_date
-    footprints = compute_footprints(tiles, crs)
+    footprints, partial = compute_footprints(tiles, crs)
     lost = unprojectable(footprints)
     unprojected = tuple(dict.fromkeys(tiles["path"][lost].tolist()))
     if lost.any():  # outside the grid CRS's domain: listed, not planned
-        tiles, footprints = tiles.rows(~lost), footprints[~lost]
+        tiles, footprints, partial = tiles.rows(~lost), footprints[~lost], partial[~lost]
         mask_of = None if mask_of is None else mask_of[~lost]
         layer = None if layer is None else layer[~lost]
     if bounds is None:
@@ -196,6 +196,7 @@ def compute_plan(
     if len(origin) != len(tiles) or shift.any():
         tiles = shift_tiles(tiles, origin, shift)
         footprints = footprints[origin] + shift[:, None] * np.array([1.0, 0.0, 1.0, 0.0])
+        partial = partial[origin]
         layer = None if layer is None else layer[origin]
         if mask_of is not None:
             mask_of, mask_table = shift_masks(mask_of[origin], mask_table, tiles, shift)
@@ -243,7 +244,7 @@ def compute_plan(
     boxes = [tiles[c].astype("f8", copy=False) for c in ("xmin", "ymin", "xmax", "ymax")]
     rep, tile_class = distinct_rows([crs_code, *boxes, *aff.T, lw, lh, tile_pad])
     class_of, cp_cy, cp_cx, cp_win = chunk_windows(
-        grid, footprints[rep], aff[rep], lw[rep], lh[rep], crs_code[rep], crs_names, tile_pad[rep]
+        grid, footprints[rep], aff[rep], lw[rep], lh[rep], crs_code[rep], crs_names, tile_pad[rep], partial[rep]
     )
     tile_of, pair_cp = expand_classes(tile_class, class_of, len(rep))
     check_coverage(grid, tiles.rows(rep), aff[rep], class_of, cp_cy, cp_cx, cp_win, origin[rep])  # one tile a class
