@@ -2,12 +2,14 @@
 antimeridian, the poles and domain edges").
 
 Writes the fixtures of tests/globe.py under OUT (UTM 60N/1N tiles at 65N across 180 on the issue's
-grid, 4326 tiles up to 90N with a UTM tile around the pole, EPSG:3031 tiles meeting at the South Pole),
+grid, 4326 tiles up to 90N with a UTM tile around the pole, EPSG:3031 tiles meeting at the South Pole, a
+UTM 60S tile across an orthographic grid's horizon),
 runs the pipeline onto each grid and prints, per band and method, the share of the pixels GDAL fills
 that the cube leaves empty, the mask mismatch, and the mean and p99 |difference| where both have data
 (GDAL: rasterio.warp.reproject per file, fused first-valid).
 
-    PYTHONPATH=. .venv/bin/python bench/globe.py /tmp/globe [case ...]   # cases: utm-180 north south
+    PYTHONPATH=. .venv/bin/python bench/globe.py /tmp/globe [case ...]
+    # cases: utm-180 north south horizon horizon-average
 """
 
 from __future__ import annotations
@@ -21,8 +23,27 @@ import yaml
 
 from pipeline.config import load_config
 from pipeline.execute.runner import run
-from tests.globe import compare, fused_gdal, write_chukotka, write_north_pole, write_south_pole
+from tests.globe import (
+    CHUKOTKA_DATE,
+    compare,
+    fused_gdal,
+    write_chukotka,
+    write_north_pole,
+    write_south_pole,
+    write_tile,
+)
 from tests.helpers import PATTERN
+
+ORTHO = "+proj=ortho +lat_0=65 +lon_0=180 +datum=WGS84"
+"""An orthographic grid centred on Chukotka: its horizon is a domain edge."""
+
+
+def _horizon_tile(root: Path) -> str:
+    """A UTM 60S tile (400 m, 500 px) across the orthographic grid's horizon."""
+    return write_tile(
+        root / CHUKOTKA_DATE / "60S_B04.tif", "EPSG:32760", (400000.0, 7335000.0), 400, (500, 500), nodata=True
+    )
+
 
 CASES: dict[str, tuple[Any, dict[str, Any], tuple[str, ...]]] = {
     "utm-180": (
@@ -34,6 +55,16 @@ CASES: dict[str, tuple[Any, dict[str, Any], tuple[str, ...]]] = {
         write_north_pole,
         {"crs": "EPSG:3413", "resolution": 2000, "bounds": [-200000, -200000, 200000, 200000]},
         ("bilinear", "average", "nearest"),
+    ),
+    "horizon": (
+        lambda root: [_horizon_tile(root)],
+        {"crs": ORTHO, "resolution": 250},
+        ("nearest", "bilinear"),
+    ),
+    "horizon-average": (
+        lambda root: [_horizon_tile(root)],
+        {"crs": ORTHO, "resolution": 2000, "bounds": [-500000, -6380000, -100000, -6300000]},
+        ("nearest", "average"),
     ),
     "south": (
         write_south_pole,

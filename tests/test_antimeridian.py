@@ -292,3 +292,30 @@ def test_a_4326_tile_past_180_is_judged_by_its_mask_a_turn_over() -> None:
     east = [s for s in sources if s.transform[2] >= 180.0]
     assert east and all(s.mask is not None and s.mask.transform[2] == 180.0 for s in east)
     assert all(s.mask is not None and s.mask.transform[2] == 179.0 for s in sources if s.transform[2] < 180.0)
+
+
+# pipeline/resample/warp.py's exact transform multiplies the infinities PROJ returns past the horizon by 0
+@pytest.mark.filterwarnings("ignore:invalid value encountered in multiply:RuntimeWarning")
+def test_a_tile_across_the_edge_of_the_projections_domain(tmp_path: Path) -> None:
+    """A UTM 60S tile across the horizon of an orthographic grid centred on Chukotka: the part that projects
+    is planned whole (chunks across the horizon search from the tile's side, as GDAL does) and read as GDAL
+    reads it (nearest: the same pixels); grid bounds inferred from that part."""
+    tile = write_tile(
+        tmp_path / "tiles" / "2024-07-15" / "60S_B04.tif",
+        "EPSG:32760",
+        (400000.0, 7335000.0),
+        400,
+        (500, 500),
+        nodata=True,
+    )
+    ortho = "+proj=ortho +lat_0=65 +lon_0=180 +datum=WGS84"
+    result, ds = _run(
+        tmp_path / "run", {"paths": [tile], "pattern": PATTERN}, {"crs": ortho, "resolution": 250}, "nearest"
+    )
+    assert result.exit_code == 0
+    import rioxarray  # noqa: F401 - ds.rio
+
+    got = ds["B04"].isel(time=0).values
+    ref = fused_gdal([tile], ortho, ds.rio.transform(), got.shape, "nearest")
+    fig = compare(got, ref)
+    assert (ref != 0).sum() > 1000 and fig["missing"] <= 0.005 and fig["exact"] > 0.98, fig
