@@ -79,6 +79,8 @@ def compute_footprints(tiles: TileTable, dst_crs: str) -> tuple[np.ndarray, np.n
     for crs, idx in tiles.groups("crs").items():
         first, inverse = distinct_rows(list(boxes[idx].T))
         fp, part = transform_boxes_partial(crs, dst_crs, boxes[idx[first]], n=11)
+        if part.any():  # across the domain's edge: denser samples, edges and inside, of the part that projects
+            fp[part] = transform_boxes_partial(crs, dst_crs, boxes[idx[first]][part], n=33, interior=33)[0]
         out[idx], partial[idx] = fp[inverse], part[inverse]
     return out, partial
 
@@ -216,9 +218,10 @@ def chunk_windows(
     chunk's box in the tile's CRS gives the window.
 
     At the edge of a projection's domain, where sampled boxes may miss what projects: a ``partial`` tile
-    (per footprint: across the edge in the grid's CRS) may touch any chunk, and a chunk whose box lies
-    across the edge in a tile's CRS also reads what the tile's own sample points say lands in it
-    (:func:`_from_source`; GDAL, whose sample grid misses it too, searches from the source's side)."""
+    (per footprint: across the edge in the grid's CRS) may touch a chunk more around its footprint, and a
+    chunk whose box lies across the edge in a tile's CRS also reads what the tile's own sample points say
+    lands in it (:func:`_from_source`; GDAL, whose sample grid misses it too, searches from the source's
+    side)."""
     a, _, c, _, e, f = grid.transform
     ch, cw = grid.chunks_yx
     ny, nx = grid.n_chunks_yx
@@ -231,8 +234,12 @@ def chunk_windows(
         cy1 = np.ceil((footprints[:, 1] - f) / (e * ch)) - 1
     cx0, cx1 = np.clip(np.nan_to_num(cx0), 0, nx - 1), np.clip(np.nan_to_num(cx1), 0, nx - 1)
     cy0, cy1 = np.clip(np.nan_to_num(cy0), 0, ny - 1), np.clip(np.nan_to_num(cy1), 0, ny - 1)
-    if partial is not None and partial.any():
-        cx0, cx1, cy0, cy1 = (np.where(partial, v, c) for v, c in ((0, cx0), (nx - 1, cx1), (0, cy0), (ny - 1, cy1)))
+    if partial is not None and partial.any():  # a chunk's margin around what the samples found
+        cx0, cy0 = np.where(partial, np.maximum(cx0 - 1, 0), cx0), np.where(partial, np.maximum(cy0 - 1, 0), cy0)
+        cx1, cy1 = (
+            np.where(partial, np.minimum(cx1 + 1, nx - 1), cx1),
+            np.where(partial, np.minimum(cy1 + 1, ny - 1), cy1),
+        )
     ok &= (footprints[:, 2] > grid.bounds[0]) & (footprints[:, 0] < grid.bounds[2])
     ok &= (footprints[:, 3] > grid.bounds[1]) & (footprints[:, 1] < grid.bounds[3])
     nxs = np.where(ok, cx1 - cx0 + 1, 0).astype(np.int64)
