@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pipeline.errors import PipelineError
+from pipeline.errors import PlanCoverageError
 from pipeline.planning.grid import GridSpec, is_geographic, transform_points
 from pipeline.planning.windows import distinct_rows
 
@@ -36,9 +36,15 @@ if TYPE_CHECKING:
 TURN = 360.0
 """A geographic CRS's x period, in degrees."""
 
-
-class PlanCoverageError(PipelineError, RuntimeError):
-    """The plan leaves empty a grid pixel that a source covers (a planning bug, not a user error)."""
+__all__ = [
+    "PlanCoverageError",
+    "check_coverage",
+    "infer_bounds",
+    "shift_masks",
+    "shift_tiles",
+    "unprojectable",
+    "wrap_copies",
+]
 
 
 def infer_bounds(footprints: np.ndarray, crs: str) -> tuple[float, float, float, float]:
