@@ -64,6 +64,11 @@ class WorkerError(PipelineError, RuntimeError):
     """A worker process of the run died (killed, out of memory) or sent back an error it could not pickle."""
 
 
+class PlanCoverageError(PipelineError, RuntimeError):
+    """The plan leaves empty a grid pixel that a source covers: a planning bug, not a user error
+    (:func:`pipeline.planning.globe.check_coverage`)."""
+
+
 class Switches:
     """How a message names the run's switches: the CLI's flags, or :func:`pipeline.run`'s arguments."""
 

@@ -82,6 +82,14 @@ def plan_run(config: Config, clock: StageClock | None = None, progress: NoProgre
         catalog.skipped.append(
             {"path": path, "error": f"no {plan.mask_band} tile of the same tile and date to judge it by (mask.band)"}
         )
+    for path in plan.unprojected:
+        catalog.skipped.append(
+            {
+                "path": path,
+                "error": f"its footprint cannot be computed in {plan.grid.crs} (outside the projection's domain): "
+                "not read; set grid.crs to a CRS that holds it",
+            }
+        )
     if plan.n_jobs == 0:
         raise ConfigError("grid.bounds", _no_overlap(config, plan))
     return catalog, plan

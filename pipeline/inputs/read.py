@@ -262,7 +262,10 @@ def geometry_mismatch(ds: Any, src: SourceWindow) -> str | None:
         )
     r0, c0 = src.window[:2]
     _, _, x0, _, _, y0 = offset_transform(tuple(t)[:6], r0, c0)
-    if abs(x0 - src.transform[2]) > abs(t.a) * 1e-3 or abs(y0 - src.transform[5]) > abs(t.e) * 1e-3:
+    dx = x0 - src.transform[2]
+    if ds.crs is not None and ds.crs.is_geographic:  # planned a turn over, past 180 on a geographic grid
+        dx -= 360.0 * round(dx / 360.0)
+    if abs(dx) > abs(t.a) * 1e-3 or abs(y0 - src.transform[5]) > abs(t.e) * 1e-3:
         return (
             f"{level}'s origin ({t.c:.6f}, {t.f:.6f}) differs from the tile's metadata: the file moved or "
             "changed since it was indexed (rerun `pipeline index`), or the catalogue's proj:transform is wrong"

@@ -53,6 +53,7 @@ from pipeline.inputs.stac_fields import (  # noqa: F401 - the rules, importable 
     band_count,
     band_field,
     band_index,
+    bbox_longitude,
     classification_of,
     compute_solar_day,
     compute_time_steps,
@@ -60,6 +61,7 @@ from pipeline.inputs.stac_fields import (  # noqa: F401 - the rules, importable 
     is_categorical,
     is_raster_asset,
     item_base,
+    longitude_middle,
     number,
     parse_time,
     proj_field,
@@ -172,15 +174,14 @@ def _grid_longitude(
 ) -> float:
     """The longitude odc-stac shifts solar days by: the output grid's centre, from ``grid_bounds`` in
     ``grid_crs`` (``grid.bounds``, ``grid.crs``) where both are given, else the middle of the items' extent
-    (0 where no item has a bbox)."""
+    (:func:`longitude_middle`: across 180 where the items lie either side of it; 0 where no item has a bbox)."""
     if grid_bounds is not None and grid_crs is not None:
         from pyproj import Transformer
 
         x, y = (grid_bounds[0] + grid_bounds[2]) / 2, (grid_bounds[1] + grid_bounds[3]) / 2
         lon, _ = Transformer.from_crs(grid_crs, "EPSG:4326", always_xy=True).transform(x, y)
         return float(lon)
-    known = item_lon[np.isfinite(item_lon)]
-    return float((known.min() + known.max()) / 2) if len(known) else 0.0
+    return longitude_middle(item_lon)
 
 
 def stac_catalog(

@@ -203,6 +203,28 @@ def parse_time(props: dict[str, Any]) -> np.datetime64:
     return np.datetime64(t, "ns")
 
 
+def bbox_longitude(west: np.ndarray, east: np.ndarray) -> np.ndarray:
+    """The longitude in the middle of bboxes' ``west`` .. ``east``, in [-180, 180): across the antimeridian
+    where west > east, as the STAC spec writes a bbox that crosses it."""
+    west, east = np.asarray(west, dtype="f8"), np.asarray(east, dtype="f8")
+    with np.errstate(invalid="ignore"):
+        mid = (west + np.where(west > east, east + 360.0, east)) / 2
+        return (mid + 180.0) % 360.0 - 180.0
+
+
+def longitude_middle(lon: np.ndarray) -> float:
+    """The middle of the shortest arc of longitudes that holds every finite one of ``lon`` (0 where none): of
+    items either side of 180, a longitude near 180 (past it where the arc runs past it), not 0."""
+    known = np.sort((np.asarray(lon, dtype="f8")[np.isfinite(lon)] + 180.0) % 360.0 - 180.0)
+    if not len(known):
+        return 0.0
+    gaps = np.append(np.diff(known), known[0] + 360.0 - known[-1])
+    k = len(gaps) - 1 - int(np.argmax(gaps[::-1]))  # the largest gap; on a tie, the one across 180
+    if k == len(gaps) - 1:
+        return float((known[0] + known[-1]) / 2)
+    return float((known[k + 1] + known[k] + 360.0) / 2)
+
+
 def compute_solar_day(times: np.ndarray, lon: float) -> np.ndarray:
     """odc-stac's solar day: the date part of UTC ``times`` shifted by ``lon``/15 whole hours (truncated,
     as ``int()`` does), ``lon`` being the longitude of the output grid's centre (datetime64[D])."""

@@ -22,6 +22,7 @@ from pipeline.inputs.stac_fields import (
     band_count,
     band_field,
     band_index,
+    bbox_longitude,
     classification_of,
     crs_of,
     is_categorical,
@@ -81,7 +82,7 @@ def asset_rows_from_items(
             )
             continue
         bbox = item.get("bbox") or [np.nan] * 4
-        lon = (bbox[0] + bbox[len(bbox) // 2]) / 2  # [xmin, ymin, xmax, ymax] or with z: [.., zmin, xmax, ..]
+        lon = float(bbox_longitude(bbox[0], bbox[len(bbox) // 2]))  # [w, s, e, n] or with z: [.., zmin, e, ..]
         self_href = next((ln.get("href") for ln in item.get("links") or () if ln.get("rel") == "self"), None)
         for band, (key, k) in chosen.items():
             asset = found[key]
@@ -144,13 +145,39 @@ def read_item_dicts(source: str, storage: Any = None) -> tuple[list[dict[str, An
     raise ConfigError("inputs.stac", f"{source} is neither an ItemCollection, an Item nor a catalog")
 
 
+def split_bbox(bbox: Any) -> list[list[float]]:
+    """A search bbox as boxes within [-180, 180]: one across the antimeridian (west > east, as the STAC
+    spec writes it, or an east past 180 / a west before -180) is its two sides, which every STAC API
+    answers (some refuse west > east); any other bbox is itself."""
+    box = [float(v) for v in bbox]
+    k = len(box) // 2
+    west, east = box[0], box[k] + (360.0 if box[0] > box[k] else 0.0)
+    if west < -180.0:
+        west, east = west + 360.0, east + 360.0
+    low, high = box[1:k], box[k + 1 :]
+    if east - west >= 360.0:
+        return [[-180.0, *low, 180.0, *high]]
+    if east <= 180.0:
+        return [[west, *low, east, *high]]
+    return [[west, *low, 180.0, *high], [-180.0, *low, east - 360.0, *high]]
+
+
 def search_item_dicts(search: dict[str, Any]) -> list[dict[str, Any]]:
-    """Items a STAC API search returns (pystac-client), as dicts."""
+    """Items a STAC API search returns (pystac-client), as dicts. A bbox across the antimeridian is
+    searched as its two sides (:func:`split_bbox`), items found by both once, in the order found."""
     import pystac_client
 
     params = {k: v for k, v in search.items() if k != "url" and v is not None}
+    boxes = split_bbox(params["bbox"]) if "bbox" in params else [None]
     try:
         client = pystac_client.Client.open(search["url"])
-        return list(client.search(**params).items_as_dicts())
+        found: dict[tuple[str, str], dict[str, Any]] = {}
+        for box in boxes:
+            part = params if box is None else {**params, "bbox": box}
+            for item in client.search(**part).items_as_dicts():
+                found.setdefault((str(item.get("collection")), str(item.get("id"))), item)
     except Exception as e:  # noqa: BLE001 - network, HTTP and API errors alike
         raise ConfigError("inputs.stac_search", f"the search at {search['url']} failed: {type(e).__name__}: {e}") from e
+    items = list(found.values())
+    limit = params.get("max_items")
+    return items[: int(limit)] if limit is not None and len(boxes) > 1 else items

@@ -17,6 +17,7 @@ from pipeline.inputs.stac_fields import (
     CLASSIFICATION,
     band_count,
     band_index,
+    bbox_longitude,
     classification_of,
     is_categorical,
     is_raster_asset,
@@ -244,10 +245,10 @@ def asset_rows_from_arrow(
     if "bbox" in cols:
         bbox = table.column("bbox").combine_chunks()
         if pa.types.is_struct(bbox.type):
-            lon = (_f8(pc.struct_field(bbox, ["xmin"])) + _f8(pc.struct_field(bbox, ["xmax"]))) / 2
+            lon = bbox_longitude(_f8(pc.struct_field(bbox, ["xmin"])), _f8(pc.struct_field(bbox, ["xmax"])))
         else:
             box = _list_matrix(bbox, 4)
-            lon = (box[:, 0] + box[:, 2]) / 2
+            lon = bbox_longitude(box[:, 0], box[:, 2])
     structs = table.column("assets")  # not combined: each field used is, when it is used
     keys = [structs.type.field(i).name for i in range(structs.type.num_fields)]
     if assets is None:

@@ -60,20 +60,113 @@ def densify_boxes(boxes: np.ndarray, n: int = 9) -> tuple[np.ndarray, np.ndarray
     return xs, ys
 
 
-def transform_boxes(src_crs: str, dst_crs: str, boxes: np.ndarray, n: int = 9) -> np.ndarray:
-    """Bounding boxes in ``dst_crs`` of ``boxes`` in ``src_crs`` (edges densified); NaN if unprojectable."""
-    boxes = np.asarray(boxes, dtype="f8").reshape(-1, 4)
-    if src_crs == dst_crs:
-        return boxes.copy()
-    xs, ys = densify_boxes(boxes, n)
+@lru_cache(maxsize=64)
+def is_geographic(crs: str) -> bool:
+    """Whether ``crs`` is a geographic (longitude, latitude) CRS, whose x wraps every 360 degrees."""
+    from pyproj import CRS
+
+    return bool(CRS.from_user_input(crs).is_geographic)
+
+
+@lru_cache(maxsize=64)
+def pole_positions(crs: str) -> tuple[tuple[float, float] | None, ...]:
+    """Where the North and South Poles lie in a projected ``crs`` (x, y); None for a pole that does not
+    project to one finite point (and for both in a geographic CRS, where a pole is a line)."""
+    if is_geographic(crs):
+        return (None, None)
+    x, y = transform_points("EPSG:4326", crs, np.array([0.0, 0.0]), np.array([90.0, -90.0]))
+    ok = np.isfinite(x) & np.isfinite(y) & (np.abs(x) < 1e15) & (np.abs(y) < 1e15)
+    return tuple((float(x[k]), float(y[k])) if ok[k] else None for k in range(2))
+
+
+def unwrap_longitudes(lon: np.ndarray) -> np.ndarray:
+    """Longitudes (rows of points) made continuous: each within 180 degrees of its row's first finite one,
+    so a row across the antimeridian runs past 180 (or -180) instead of jumping across the world."""
+    finite = np.isfinite(lon)
+    first = np.argmax(finite, axis=1)
+    ref = lon[np.arange(len(lon)), first][:, None]
+    with np.errstate(invalid="ignore"):
+        return ref + (lon - ref + 180.0) % 360.0 - 180.0
+
+
+def _interior(boxes: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """An n x n grid of points inside each box (cell centres): arrays (N, n*n)."""
+    s = (np.arange(n) + 0.5) / n
+    u, v = (a.ravel() for a in np.meshgrid(s, s))
+    x0, y0, x1, y1 = (boxes[:, i : i + 1] for i in range(4))
+    return x0 + (x1 - x0) * u, y0 + (y1 - y0) * v
+
+
+def _project(src_crs: str, dst_crs: str, xs: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Points (rows of them) into ``dst_crs``; NaN where they do not project (or land at infinity)."""
     xo, yo = transform_points(src_crs, dst_crs, xs.ravel(), ys.ravel())
     xo, yo = xo.reshape(xs.shape), yo.reshape(ys.shape)
-    bad = ~(np.isfinite(xo) & np.isfinite(yo))
-    xo, yo = np.where(bad, np.nan, xo), np.where(bad, np.nan, yo)
+    bad = ~(np.isfinite(xo) & np.isfinite(yo)) | (np.abs(xo) > 1e15) | (np.abs(yo) > 1e15)
+    return np.where(bad, np.nan, xo), np.where(bad, np.nan, yo)
+
+
+def transform_boxes(src_crs: str, dst_crs: str, boxes: np.ndarray, n: int = 9, interior: int = 11) -> np.ndarray:
+    """Bounding boxes in ``dst_crs`` of ``boxes`` in ``src_crs`` (:func:`transform_boxes_partial`'s)."""
+    return transform_boxes_partial(src_crs, dst_crs, boxes, n, interior)[0]
+
+
+def transform_boxes_partial(
+    src_crs: str, dst_crs: str, boxes: np.ndarray, n: int = 9, interior: int = 11
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bounding boxes in ``dst_crs`` of ``boxes`` in ``src_crs``; NaN if unprojectable.
+
+    From points along the edges (``n`` each) and, where one of them fails to project, an ``interior`` x
+    ``interior`` grid inside, as GDAL samples a window whose edges fail. A box that holds a pole holds the
+    pole's image: in a geographic ``dst_crs`` every longitude and latitude 90 (or -90). In a geographic
+    ``dst_crs`` longitudes are continuous (:func:`unwrap_longitudes`): a box across the antimeridian runs
+    past 180 or -180.
+
+    Also, per box, whether some of its points did not project (it lies across the edge of the projection's
+    domain): its box is then that of the part that did, which may miss some of what projects."""
+    boxes = np.asarray(boxes, dtype="f8").reshape(-1, 4)
+    if src_crs == dst_crs:
+        return boxes.copy(), np.zeros(len(boxes), dtype=bool)
+    xs, ys = densify_boxes(boxes, n)
+    xo, yo = _project(src_crs, dst_crs, xs, ys)
+    partial = np.isnan(xo).any(axis=1)
+    failed = np.flatnonzero(partial)
+    if interior > 0 and len(failed):  # where an edge fails, a grid inside, as GDAL's sample grid
+        ix, iy = _interior(boxes[failed], interior)
+        gx, gy = _project(src_crs, dst_crs, ix, iy)
+        pad = np.full((len(boxes), gx.shape[1]), np.nan)
+        px, py = pad.copy(), pad.copy()
+        px[failed], py[failed] = gx, gy
+        xo, yo = np.concatenate([xo, px], axis=1), np.concatenate([yo, py], axis=1)
+    geographic = is_geographic(dst_crs)
+    if geographic:
+        xo = unwrap_longitudes(xo)
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: unprojectable boxes stay NaN
         out = np.stack([np.nanmin(xo, 1), np.nanmin(yo, 1), np.nanmax(xo, 1), np.nanmax(yo, 1)], axis=1)
-    return out
+    if geographic:
+        wide = out[:, 2] - out[:, 0] >= 360.0
+        out[wide, 0], out[wide, 2] = -180.0, 180.0
+    for k, pole in enumerate(pole_positions(src_crs)):
+        if pole is None:
+            continue
+        pole_x, pole_y = pole
+        inside = (boxes[:, 0] <= pole_x) & (pole_x <= boxes[:, 2]) & (boxes[:, 1] <= pole_y) & (pole_y <= boxes[:, 3])
+        if not inside.any():
+            continue
+        if geographic:  # the pole is a line: every longitude, at latitude 90 (-90)
+            out[inside, 0], out[inside, 2] = -180.0, 180.0
+            if k == 0:
+                out[inside, 1], out[inside, 3] = np.fmin(out[inside, 1], 90.0), 90.0
+            else:
+                out[inside, 1], out[inside, 3] = -90.0, np.fmax(out[inside, 3], -90.0)
+            continue
+        qx, qy = transform_points("EPSG:4326", dst_crs, np.array([0.0]), np.array([90.0 if k == 0 else -90.0]))
+        if np.isfinite(qx[0]) and np.isfinite(qy[0]) and abs(qx[0]) < 1e15 and abs(qy[0]) < 1e15:
+            out[inside, 0] = np.fmin(out[inside, 0], qx[0])
+            out[inside, 1] = np.fmin(out[inside, 1], qy[0])
+            out[inside, 2] = np.fmax(out[inside, 2], qx[0])
+            out[inside, 3] = np.fmax(out[inside, 3], qy[0])
+    return out, partial & np.isfinite(out).all(axis=1)
 
 
 def offset_transform(

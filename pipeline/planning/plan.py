@@ -65,7 +65,8 @@ class PlanTables:
     aff: np.ndarray
     """(tiles, 6) affine per tile at its level."""
     footprints: np.ndarray
-    """(tiles, 4) bounding box of each tile in the grid CRS."""
+    """(tiles, 4) bounding box of each tile in the grid CRS (a geographic grid's longitudes past 180 where
+    the grid runs there; a tile on both edges of a world grid is two rows, a turn apart)."""
     pair_tile: np.ndarray
     pair_win: np.ndarray
     """(pairs, 4): row0, col0, row1, col1 at the tile's level."""
@@ -229,6 +230,9 @@ class Plan:
     """Data tiles with no mask tile of the same tile and date: not planned (the run lists them as skipped)."""
     count_band: BandSpec | None = None
     """``clear_count`` (``composite.count``): written by the first band's tasks."""
+    unprojected: tuple[str, ...] = ()
+    """Tiles whose footprint cannot be computed in the grid's CRS (outside the projection's domain): not
+    planned (the run lists them as skipped)."""
 
     @property
     def output_bands(self) -> tuple[BandSpec, ...]:

@@ -23,6 +23,14 @@ if TYPE_CHECKING:  # the tile table's type, for annotations only
 
 from pipeline.errors import ConfigError
 from pipeline.planning.composite import match_masks, period_starts, strip_rows
+from pipeline.planning.globe import (
+    check_coverage,
+    infer_bounds,
+    shift_masks,
+    shift_tiles,
+    unprojectable,
+    wrap_copies,
+)
 from pipeline.planning.grid import compute_grid
 from pipeline.planning.jobs import MaskSource
 from pipeline.planning.packing import pack_partitions
@@ -173,15 +181,25 @@ def compute_plan(
         if mask_of is not None:
             mask_of = mask_of[order]
         layer = tile_date
-    footprints = compute_footprints(tiles, crs)
+    footprints, partial = compute_footprints(tiles, crs)
+    lost = unprojectable(footprints)
+    unprojected = tuple(dict.fromkeys(tiles["path"][lost].tolist()))
+    if lost.any():  # outside the grid CRS's domain: listed, not planned
+        tiles, footprints, partial = tiles.rows(~lost), footprints[~lost], partial[~lost]
+        mask_of = None if mask_of is None else mask_of[~lost]
+        layer = None if layer is None else layer[~lost]
     if bounds is None:
-        bounds = (
-            float(np.nanmin(footprints[:, 0])),
-            float(np.nanmin(footprints[:, 1])),
-            float(np.nanmax(footprints[:, 2])),
-            float(np.nanmax(footprints[:, 3])),
-        )
+        bounds = infer_bounds(footprints, crs)
     grid = compute_grid(crs, res_xy, chunks_yx, bounds)
+    # A geographic grid past 180: each tile where it lies on the grid, a copy per turn (usually one, unshifted).
+    origin, shift = wrap_copies(footprints, grid)
+    if len(origin) != len(tiles) or shift.any():
+        tiles = shift_tiles(tiles, origin, shift)
+        footprints = footprints[origin] + shift[:, None] * np.array([1.0, 0.0, 1.0, 0.0])
+        partial = partial[origin]
+        layer = None if layer is None else layer[origin]
+        if mask_of is not None:
+            mask_of, mask_table = shift_masks(mask_of[origin], mask_table, tiles, shift)
     band_names, band_code = tiles.codes("band")
     methods = compute_band_methods(list(bands_order or band_names), resampling, categorical)
     bands = compute_band_specs(tiles, bands_order, band_attrs, methods)
@@ -226,9 +244,10 @@ def compute_plan(
     boxes = [tiles[c].astype("f8", copy=False) for c in ("xmin", "ymin", "xmax", "ymax")]
     rep, tile_class = distinct_rows([crs_code, *boxes, *aff.T, lw, lh, tile_pad])
     class_of, cp_cy, cp_cx, cp_win = chunk_windows(
-        grid, footprints[rep], aff[rep], lw[rep], lh[rep], crs_code[rep], crs_names, tile_pad[rep]
+        grid, footprints[rep], aff[rep], lw[rep], lh[rep], crs_code[rep], crs_names, tile_pad[rep], partial[rep]
     )
     tile_of, pair_cp = expand_classes(tile_class, class_of, len(rep))
+    check_coverage(grid, tiles.rows(rep), aff[rep], class_of, cp_cy, cp_cx, cp_win, origin[rep])  # one tile a class
 
     # Group pairs into chunk jobs; order jobs (time, band, [shard row, shard col,] cy, cx) so neighbours
     # share files (and a shard's chunks are consecutive); a job's pairs stay in tile (fuse) order.
@@ -320,8 +339,9 @@ def compute_plan(
         mask_of=mask_of,
         masks=mask_table,
     )
-    read = np.zeros(len(tiles), dtype=bool)
-    read[tile_of] = True
+    read_any = np.zeros(int(origin.max(initial=-1)) + 1, dtype=bool)
+    read_any[origin[tile_of]] = True  # a tile read through any of its copies counts once
+    read = read_any[origin] & np.concatenate([[True], origin[1:] != origin[:-1]])
     has_overviews = sizes[:, 0, 0] > 0 if sizes.shape[1] else np.zeros(len(tiles), dtype=bool)
     return Plan(
         grid=grid,
@@ -352,4 +372,5 @@ def compute_plan(
         mask_band=mask_band,
         unmasked=unmasked,
         count_band=count_band,
+        unprojected=unprojected,
     )

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pipeline.errors import ConfigError
-from pipeline.planning.grid import GridSpec, transform_boxes, transform_points
+from pipeline.planning.grid import GridSpec, is_geographic, transform_boxes_partial, transform_points
 from pipeline.resample.methods import METHODS
 
 if TYPE_CHECKING:
@@ -70,14 +70,19 @@ def distinct_rows(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray
     return first, inverse
 
 
-def compute_footprints(tiles: TileTable, dst_crs: str) -> np.ndarray:
-    """Each tile's bounding box in ``dst_crs``, shape (N, 4): transformed once per distinct box."""
+def compute_footprints(tiles: TileTable, dst_crs: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each tile's bounding box in ``dst_crs``, shape (N, 4), transformed once per distinct box; and whether
+    the tile lies across the edge of the projection's domain (its box is then the part that projects)."""
     out = np.full((len(tiles), 4), np.nan)
+    partial = np.zeros(len(tiles), dtype=bool)
     boxes = np.column_stack([tiles[c] for c in ("xmin", "ymin", "xmax", "ymax")]).astype("f8")
     for crs, idx in tiles.groups("crs").items():
         first, inverse = distinct_rows(list(boxes[idx].T))
-        out[idx] = transform_boxes(crs, dst_crs, boxes[idx[first]], n=11)[inverse]
-    return out
+        fp, part = transform_boxes_partial(crs, dst_crs, boxes[idx[first]], n=11)
+        if part.any():  # across the domain's edge: denser samples, edges and inside, of the part that projects
+            fp[part] = transform_boxes_partial(crs, dst_crs, boxes[idx[first]][part], n=33, interior=33)[0]
+        out[idx], partial[idx] = fp[inverse], part[inverse]
+    return out, partial
 
 
 def compute_levels(
@@ -204,12 +209,19 @@ def chunk_windows(
     crs_code: np.ndarray,
     crs_names: list[str],
     pad: int | np.ndarray,
+    partial: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every (tile, chunk) pair with a non-empty source window, in tile order and, within a tile, in
     row-major chunk order: (tile, chunk row, chunk column, window (pairs, 4): row0, col0, row1, col1 at
     the tile's level, padded by ``pad`` (one for all, or one per footprint) and clipped to the tile). A
     tile's footprint in the grid CRS gives the range of chunks it can touch (no chunks x tiles loop); the
-    chunk's box in the tile's CRS gives the window."""
+    chunk's box in the tile's CRS gives the window.
+
+    At the edge of a projection's domain, where sampled boxes may miss what projects: a ``partial`` tile
+    (per footprint: across the edge in the grid's CRS) may touch a chunk more around its footprint, and a
+    chunk whose box lies across the edge in a tile's CRS also reads what the tile's own sample points say
+    lands in it (:func:`_from_source`; GDAL, whose sample grid misses it too, searches from the source's
+    side)."""
     a, _, c, _, e, f = grid.transform
     ch, cw = grid.chunks_yx
     ny, nx = grid.n_chunks_yx
@@ -222,6 +234,12 @@ def chunk_windows(
         cy1 = np.ceil((footprints[:, 1] - f) / (e * ch)) - 1
     cx0, cx1 = np.clip(np.nan_to_num(cx0), 0, nx - 1), np.clip(np.nan_to_num(cx1), 0, nx - 1)
     cy0, cy1 = np.clip(np.nan_to_num(cy0), 0, ny - 1), np.clip(np.nan_to_num(cy1), 0, ny - 1)
+    if partial is not None and partial.any():  # a chunk's margin around what the samples found
+        cx0, cy0 = np.where(partial, np.maximum(cx0 - 1, 0), cx0), np.where(partial, np.maximum(cy0 - 1, 0), cy0)
+        cx1, cy1 = (
+            np.where(partial, np.minimum(cx1 + 1, nx - 1), cx1),
+            np.where(partial, np.minimum(cy1 + 1, ny - 1), cy1),
+        )
     ok &= (footprints[:, 2] > grid.bounds[0]) & (footprints[:, 0] < grid.bounds[2])
     ok &= (footprints[:, 3] > grid.bounds[1]) & (footprints[:, 1] < grid.bounds[3])
     nxs = np.where(ok, cx1 - cx0 + 1, 0).astype(np.int64)
@@ -236,13 +254,19 @@ def chunk_windows(
     win = np.zeros((len(tile_of), 4), dtype=np.int64)  # row0, col0, row1, col1
     chunk_boxes = grid.chunk_boxes().reshape(-1, 4)
     pair_crs = crs_code[tile_of]
+    edge_pairs: list[np.ndarray] = []  # pairs whose chunk lies across the edge of the tile CRS's domain
     for code in np.unique(pair_crs):
         sel = np.flatnonzero(pair_crs == code)
         needed = np.unique(pair_cy[sel] * nx + pair_cx[sel])
         boxes_src = np.full((ny * nx, 4), np.nan)
-        boxes_src[needed] = transform_boxes(grid.crs, crs_names[code], chunk_boxes[needed], n=9)
+        across = np.zeros(ny * nx, dtype=bool)
+        boxes_src[needed], across[needed] = transform_boxes_partial(grid.crs, crs_names[code], chunk_boxes[needed], n=9)
         bx = boxes_src[pair_cy[sel] * nx + pair_cx[sel]]
+        edge_pairs.append(sel[across[pair_cy[sel] * nx + pair_cx[sel]]])
         t = aff[tile_of[sel]]
+        if is_geographic(crs_names[code]):  # the chunk's longitudes, by whole turns, where the tile lies
+            turn = np.round((t[:, 2] + t[:, 0] * lw[tile_of[sel]] / 2 - (bx[:, 0] + bx[:, 2]) / 2) / 360.0)
+            bx = bx + np.nan_to_num(turn)[:, None] * np.array([360.0, 0.0, 360.0, 0.0])
         pad_sel = pad if np.isscalar(pad) else np.asarray(pad)[tile_of[sel]]
         with np.errstate(invalid="ignore"):
             col0 = np.floor((bx[:, 0] - t[:, 2]) / t[:, 0]) - pad_sel
@@ -254,8 +278,62 @@ def chunk_windows(
         win[sel, 1] = np.clip(np.nan_to_num(col0, nan=0), 0, w_)
         win[sel, 2] = np.clip(np.nan_to_num(row1, nan=0), 0, h_)
         win[sel, 3] = np.clip(np.nan_to_num(col1, nan=0), 0, w_)
+    edge = np.concatenate(edge_pairs) if edge_pairs else np.zeros(0, dtype=np.int64)
+    if len(edge):
+        _from_source(grid, aff, lw, lh, crs_code, crs_names, tile_of, pair_cy, pair_cx, win, edge, pad)
     keep = (win[:, 2] > win[:, 0]) & (win[:, 3] > win[:, 1])
     return tile_of[keep], pair_cy[keep], pair_cx[keep], win[keep]
+
+
+def _from_source(
+    grid: GridSpec,
+    aff: np.ndarray,
+    lw: np.ndarray,
+    lh: np.ndarray,
+    crs_code: np.ndarray,
+    crs_names: list[str],
+    tile_of: np.ndarray,
+    pair_cy: np.ndarray,
+    pair_cx: np.ndarray,
+    win: np.ndarray,
+    edge: np.ndarray,
+    pad: int | np.ndarray,
+    samples: int = 33,
+) -> None:
+    """Windows of the ``edge`` pairs (their chunk across the edge of the tile CRS's domain, where its sampled
+    box may miss what projects) grown, in place, to hold every sampled source point of the tile that lands
+    in the chunk, with a sample's spacing and the pad around: GDAL's search from the source's side."""
+    a, _, c, _, e, f = grid.transform
+    h, w = grid.shape_yx
+    ch, cw = grid.chunks_yx
+    nx = grid.n_chunks_yx[1]
+    s = np.linspace(0.0, 1.0, samples)
+    u, v = (m.ravel() for m in np.meshgrid(s, s))
+    geographic = is_geographic(grid.crs)
+    for tile in np.unique(tile_of[edge]).tolist():
+        t = aff[tile]
+        cols, rows = u * lw[tile], v * lh[tile]
+        gx, gy = transform_points(crs_names[crs_code[tile]], grid.crs, t[2] + cols * t[0], t[5] + rows * t[4])
+        if geographic:
+            gx = c + (gx - c) % 360.0
+        with np.errstate(invalid="ignore"):
+            gc, gr = (gx - c) / a, (gy - f) / e
+            on = np.isfinite(gc) & np.isfinite(gr) & (gc >= 0) & (gc < w) & (gr >= 0) & (gr < h)
+        chunk = np.where(on, (np.nan_to_num(gr) // ch) * nx + np.nan_to_num(gc) // cw, -1).astype(np.int64)
+        grow = pad if np.isscalar(pad) else int(np.asarray(pad)[tile])
+        step_c, step_r = lw[tile] / (samples - 1) + grow, lh[tile] / (samples - 1) + grow
+        for p in edge[tile_of[edge] == tile].tolist():
+            hit = chunk == pair_cy[p] * nx + pair_cx[p]
+            if not hit.any():
+                continue
+            r0 = max(int(np.floor(rows[hit].min() - step_r)), 0)
+            c0 = max(int(np.floor(cols[hit].min() - step_c)), 0)
+            r1 = min(int(np.ceil(rows[hit].max() + step_r)), int(lh[tile]))
+            c1 = min(int(np.ceil(cols[hit].max() + step_c)), int(lw[tile]))
+            if win[p, 2] > win[p, 0] and win[p, 3] > win[p, 1]:
+                r0, c0 = min(r0, int(win[p, 0])), min(c0, int(win[p, 1]))
+                r1, c1 = max(r1, int(win[p, 2])), max(c1, int(win[p, 3]))
+            win[p] = (r0, c0, r1, c1)
 
 
 def expand_classes(tile_class: np.ndarray, class_of: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.ndarray]:

@@ -32,9 +32,15 @@ def resample_average(src: Any, nodata: float, cmap: CoordMap) -> Any:
         x_taps = common._footprint_taps(xlo[0], xhi[0], xp)
         return _separable_mean(src, nodata, y_taps, x_taps, xp)
 
+    src_h, src_w = src.shape[-2:]
+
     def make(r0: int, r1: int) -> BlockTaps:
         xlo, xhi, ylo, yhi = _footprints(cmap, xp, r0, r1)
         (ylo, yhi), (xlo, xhi) = _ordered(ylo, yhi, xp), _ordered(xlo, xhi, xp)
+        # Footprints bounded a source's size beyond it (GDAL clamps them to the source window): at the edge of
+        # a projection's domain a corner lands millions of pixels away, whose taps would never end.
+        ylo, yhi = (xp.clip(v, -src_h - 2, 2 * src_h + 2) for v in (ylo, yhi))
+        xlo, xhi = (xp.clip(v, -src_w - 2, 2 * src_w + 2) for v in (xlo, xhi))
         return (
             common._footprint_taps(ylo, yhi, xp, True),
             common._footprint_taps(xlo, xhi, xp, True),
