@@ -242,15 +242,15 @@ def plan_update(config: Config, catalog: Catalog, plan: Plan) -> UpdateWork | No
     """Compare the cube with the inputs (exit 2 where they would make another cube) and plan the dates to add
     or recompute alone, on the cube's grid, each at its position in the new time axis. None: no cube there
     (the update is a run)."""
-    state = read_state(config.output.path, config.storage)
-    if state is None:
-        return None
     if config.composite is not None:
         raise ConfigError(
             "composite", "update supports per-date cubes; rerun `pipeline run CONFIG --overwrite` for composites"
         )
     if config.output.zarr_format != 3:
         raise ConfigError("output.zarr_format", "update supports Zarr v3 stores; rerun `pipeline run --overwrite`")
+    state = read_state(config.output.path, config.storage)
+    if state is None:
+        return None
     path, storage = config.output.path, config.storage
     check_cube(path, state, plan, config.output_settings())
     tiles = catalog.tiles

@@ -109,7 +109,7 @@ def format_update(update: dict[str, Any], dry_run: bool = False) -> str:
     if update.get("inserted"):
         lines.append("dates inserted before later ones: the whole time axis was staged and published at once")
     if update.get("created"):
-        lines.append("no cube was there: made by a run")
+        lines.append("no cube there: " + ("a run would make it" if dry_run else "made by a run"))
     return "\n".join(lines)
 
 

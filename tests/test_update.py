@@ -1,0 +1,299 @@
+"""``pipeline update``: dates added in time order (appended or inserted), changed dates recomputed, every
+other date's chunk objects untouched, a second update writing nothing, a cube that differs from the config
+refused (exit 2), and the result the cube a full run over the same inputs makes, chunk object for chunk
+object. Readers polling ``xarray.open_zarr`` during a slowed update see the cube before or after, never
+between (and the same check catches an update that publishes its metadata first)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import xarray as xr
+from click.testing import CliRunner
+
+import pipeline
+from pipeline.cli import main
+from pipeline.config import load_config
+from pipeline.errors import ConfigError
+from tests.helpers import write_config
+
+SMALL_DATES = ("2024-06-01", "2024-06-11")
+
+
+def add_date(inputs: Path, small_dir: Path, date: str, like: str = "2024-06-11") -> None:
+    """Copies of the small fixture's tiles of ``like`` as the tiles of ``date``."""
+    (inputs / date).mkdir(parents=True)
+    for f in sorted(glob.glob(str(small_dir / like / "*.tif"))):
+        shutil.copy2(f, inputs / date)
+
+
+def rewrite_tile(path: Path) -> None:
+    """Write the tile again with other pixels (a provider's reprocessing)."""
+    import rasterio
+
+    with rasterio.open(path) as src:
+        data, profile = src.read(1), src.profile
+    profile.update(driver="GTiff", tiled=False)
+    profile.pop("blockxsize", None)
+    profile.pop("blockysize", None)
+    tmp = path.with_suffix(".tmp.tif")
+    with rasterio.open(tmp, "w", **profile) as dst:
+        dst.write((data // 2 + 7).astype(data.dtype), 1)
+    os.replace(tmp, path)
+
+
+def make_inputs(tmp_path: Path, small_dir: Path, dates: tuple[str, ...] = SMALL_DATES) -> Path:
+    inputs = tmp_path / "in"
+    for d in dates:
+        add_date(inputs, small_dir, d, d if d in SMALL_DATES else "2024-06-11")
+    return inputs
+
+
+def config(tmp_path: Path, inputs: Path, out: str = "cube.zarr", *sets: str) -> Any:
+    path = write_config(tmp_path, str(inputs / "**" / "*.tif"), execution={"scheduler": "threads"})
+    return load_config(path, [f"output.path={tmp_path / out}", *sets])
+
+
+def chunk_objects(store: Path) -> dict[tuple[str, str, int, int], bytes]:
+    """Every band's chunk object by (band, date, row, col), whichever key namespace the cube uses."""
+    root = json.loads((store / "zarr.json").read_text())
+    meta = root["consolidated_metadata"]["metadata"]
+    times = [str(t)[:10] for t in xr.open_zarr(store).time.values]
+    out = {}
+    for band, m in meta.items():
+        if m.get("dimension_names") != ["time", "y", "x"]:
+            continue
+        sep = m["chunk_key_encoding"]["configuration"]["separator"]
+        prefix = str(store / band / "c") + sep
+        for f in glob.glob(str(store / band / "c") + ("/**/*" if sep == "/" else ".*"), recursive=True):
+            if os.path.isfile(f):
+                t, y, x = (int(i) for i in f[len(prefix) :].split(sep))
+                if t < m["shape"][0]:
+                    out[(band, times[t], y, x)] = Path(f).read_bytes()
+    return out
+
+
+def stats(store: Path) -> dict[str, tuple[int, int, int]]:
+    """(inode, mtime_ns, size) of every file of the store."""
+    out = {}
+    for f in glob.glob(str(store / "**" / "*"), recursive=True):
+        if os.path.isfile(f):
+            st = os.stat(f)
+            out[os.path.relpath(f, store)] = (st.st_ino, st.st_mtime_ns, st.st_size)
+    return out
+
+
+def same_as_full_run(tmp_path: Path, inputs: Path, cube: Path) -> None:
+    """The updated cube is a full run's over the same inputs: time axis, every value, every chunk's bytes."""
+    full = pipeline.run(config(tmp_path, inputs, "full.zarr"), overwrite=True)
+    a, b = xr.open_zarr(cube), xr.open_zarr(full.config.output.path)
+    np.testing.assert_array_equal(a.time.values, b.time.values)
+    assert sorted(a.data_vars) == sorted(b.data_vars)
+    for v in b.data_vars:
+        np.testing.assert_array_equal(a[v].values, b[v].values)
+        assert a[v].attrs == b[v].attrs and a[v].encoding["chunks"] == b[v].encoding["chunks"]
+    assert chunk_objects(cube) == chunk_objects(Path(full.config.output.path))
+
+
+def test_append_then_nothing_new(tmp_path: Path, small_dir: Path) -> None:
+    inputs = make_inputs(tmp_path, small_dir)
+    cfg = config(tmp_path, inputs)
+    cube = Path(cfg.output.path)
+    pipeline.run(cfg)
+    before = stats(cube)
+    add_date(inputs, small_dir, "2024-06-21")
+    r = pipeline.update(cfg)
+    u = r.report["update"]
+    assert u["added"] == ["2024-06-21T00:00:00"] and u["recomputed"] == [] and not u["inserted"]
+    assert u["unchanged"] == [f"{d}T00:00:00" for d in SMALL_DATES]
+    after = stats(cube)
+    kept = {k: v for k, v in before.items() if "/c/" in k}
+    assert kept and all(after[k] == v for k, v in kept.items())  # same inode, mtime and size
+    assert r.report["output"]["chunks_written"] == 40  # one date: 4 bands x 10 chunks
+    same_as_full_run(tmp_path, inputs, cube)
+
+    again = stats(cube)
+    r = pipeline.update(cfg)
+    assert r.report["update"]["added"] == [] and r.report["update"]["recomputed"] == []
+    assert r.report["output"]["chunks_written"] == 0 and stats(cube) == again  # not one object written
+
+
+def test_insert_and_recompute_equal_a_full_run(tmp_path: Path, small_dir: Path) -> None:
+    inputs = make_inputs(tmp_path, small_dir, (*SMALL_DATES, "2024-06-21"))
+    cfg = config(tmp_path, inputs)
+    cube = Path(cfg.output.path)
+    pipeline.run(cfg)
+    before = stats(cube)
+    add_date(inputs, small_dir, "2024-06-05")  # before two of the cube's dates
+    r = pipeline.update(cfg)
+    assert r.report["update"]["added"] == ["2024-06-05T00:00:00"] and r.report["update"]["inserted"]
+    same_as_full_run(tmp_path, inputs, cube)
+    # the kept dates' objects, linked into the other key namespace: the same files (inode, mtime, bytes)
+    inodes = {v for k, v in stats(cube).items() if "/c." in k}
+    assert {v for k, v in before.items() if "/c/" in k and k.startswith("B")} <= inodes
+
+    tile = sorted((inputs / "2024-06-11").glob("*_B02.tif"))[0]
+    rewrite_tile(tile)
+    (inputs / "2024-06-21" / sorted(os.listdir(inputs / "2024-06-21"))[0]).unlink()
+    dry = pipeline.update(cfg, dry_run=True)
+    assert stats(cube) == stats(cube) and dry.report["update"]["recomputed"] == [
+        "2024-06-11T00:00:00",
+        "2024-06-21T00:00:00",
+    ]
+    r = pipeline.update(cfg)
+    why = r.report["update"]["why"]
+    assert why["2024-06-11T00:00:00"] == [f"tile rewritten: {tile} (size {why_size(why)})"]
+    assert why["2024-06-21T00:00:00"][0].startswith("tile removed: ")
+    assert r.report["update"]["unchanged"] == ["2024-06-01T00:00:00", "2024-06-05T00:00:00"]
+    same_as_full_run(tmp_path, inputs, cube)
+
+
+def why_size(why: dict[str, list[str]]) -> str:
+    return why["2024-06-11T00:00:00"][0].rsplit("(size ", 1)[1].rstrip(")")
+
+
+def test_dry_run_writes_nothing_and_no_cube_is_a_run(tmp_path: Path, small_dir: Path) -> None:
+    inputs = make_inputs(tmp_path, small_dir)
+    cfg = config(tmp_path, inputs)
+    dry = pipeline.update(cfg, dry_run=True)
+    assert dry.report["update"]["added"] == [f"{d}T00:00:00" for d in SMALL_DATES]
+    assert not os.path.exists(cfg.output.path) and not os.path.exists(cfg.report_path)
+    r = pipeline.update(cfg)
+    assert r.report["update"]["created"] and r.exit_code == 0
+    assert xr.open_zarr(cfg.output.path).sizes["time"] == 2
+    add_date(inputs, small_dir, "2024-06-21")
+    before = stats(Path(cfg.output.path))
+    out = CliRunner().invoke(
+        main, ["update", str(tmp_path / "config.yaml"), "--set", f"output.path={cfg.output.path}", "--dry-run"]
+    )
+    assert out.exit_code == 0, out.output
+    assert "would add:         1 date(s)  2024-06-21" in out.output and "would keep:        2 date(s)" in out.output
+    assert stats(Path(cfg.output.path)) == before
+
+
+@pytest.mark.parametrize(
+    ("setting", "key"),
+    [
+        ("output.chunks={y: 64, x: 128}", "output.chunks"),
+        ("grid.resolution=40", "grid"),
+        ("fuse=last", "fuse"),
+        ("inputs.bands=[B02, B04]", "inputs.bands"),
+    ],
+)
+def test_a_cube_that_differs_is_refused(tmp_path: Path, small_dir: Path, setting: str, key: str) -> None:
+    inputs = make_inputs(tmp_path, small_dir)
+    cfg = config(tmp_path, inputs)
+    pipeline.run(cfg)
+    before = stats(Path(cfg.output.path))
+    with pytest.raises(ConfigError) as e:
+        pipeline.update(config(tmp_path, inputs, "cube.zarr", setting))
+    assert e.value.key == key and "pipeline run CONFIG --overwrite" in str(e.value)
+    assert stats(Path(cfg.output.path)) == before
+    out = CliRunner().invoke(
+        main, ["update", str(tmp_path / "config.yaml"), "--set", setting, "--set", f"output.path={cfg.output.path}"]
+    )
+    assert out.exit_code == 2 and key in out.output
+
+
+def test_a_composite_is_refused(tmp_path: Path, small_dir: Path) -> None:
+    inputs = make_inputs(tmp_path, small_dir)
+    cfg = config(tmp_path, inputs, "cube.zarr", "composite={period: P1M, reducer: median}")
+    with pytest.raises(ConfigError, match="update supports per-date cubes"):
+        pipeline.update(cfg)
+
+
+# -- readers during an update ---------------------------------------------------------------------------
+
+
+def check_view(path: str, expected: dict[str, dict[str, np.ndarray]]) -> str | None:
+    """What is wrong with the cube a reader opens now (None: a whole cube, old or new): the bands' time axes,
+    a time axis not unique and increasing, or a date whose pixels are not all its final ones."""
+    ds = xr.open_zarr(path)
+    times = [str(t)[:10] for t in ds.time.values]
+    if sorted(set(times)) != times:
+        return f"time not unique and increasing: {times}"
+    for band in ds.data_vars:
+        if ds[band].sizes["time"] != len(times):
+            return f"{band} has {ds[band].sizes['time']} dates, time {len(times)}"
+        values = ds[band].values
+        for i, t in enumerate(times):
+            if not np.array_equal(values[i], expected[t][band], equal_nan=True):
+                return f"{band} on {t} is not that date's cube"
+    return None
+
+
+def poll(path: str, expected: dict[str, dict[str, np.ndarray]], stop: threading.Event, seen: list[Any]) -> None:
+    while not stop.is_set():
+        try:
+            seen.append(check_view(path, expected))
+        except Exception as e:  # noqa: BLE001 - a reader that cannot open the cube saw a broken one
+            seen.append(f"{type(e).__name__}: {e}")
+
+
+def slowed_update(cfg: Any, expected: Any, monkeypatch: pytest.MonkeyPatch, naive: bool) -> list[Any]:
+    """Run an update whose chunk writes each take 20 ms more while a reader polls; what the reader saw.
+    ``naive``: publish the metadata before the chunks (as resize-first appenders do)."""
+    import pipeline.execute.runner as runner
+    import pipeline.store.write as write
+
+    real_write = write.write_bytes
+
+    def slow(store: Any, key: str, payload: bytes) -> None:
+        time.sleep(0.02)
+        real_write(store, key, payload)
+
+    monkeypatch.setattr(write, "write_bytes", slow)
+    if naive:
+        real_stage = runner.stage
+
+        def stage_and_publish_first(path: str, storage: Any, work: Any) -> set[str]:
+            done = real_stage(path, storage, work)
+            runner.publish(path, storage, work)  # the new shapes before any chunk is there
+            return done
+
+        monkeypatch.setattr(runner, "stage", stage_and_publish_first)
+    stop, seen = threading.Event(), list[Any]()
+    reader = threading.Thread(target=poll, args=(cfg.output.path, expected, stop, seen))
+    reader.start()
+    try:
+        pipeline.update(cfg)
+    finally:
+        stop.set()
+        reader.join()
+    return seen
+
+
+def final_values(tmp_path: Path, inputs: Path) -> dict[str, dict[str, np.ndarray]]:
+    full = xr.open_zarr(pipeline.run(config(tmp_path, inputs, "full.zarr"), overwrite=True).config.output.path)
+    return {
+        str(t)[:10]: {b: full[b].isel(time=i).values for b in full.data_vars} for i, t in enumerate(full.time.values)
+    }
+
+
+@pytest.mark.parametrize("naive", [False, True])
+@pytest.mark.parametrize("new_date", ["2024-06-21", "2024-06-05"])
+def test_readers_see_the_cube_before_or_after(
+    tmp_path: Path, small_dir: Path, monkeypatch: pytest.MonkeyPatch, new_date: str, naive: bool
+) -> None:
+    inputs = make_inputs(tmp_path, small_dir)
+    cfg = config(tmp_path, inputs)
+    pipeline.run(cfg)
+    add_date(inputs, small_dir, new_date)
+    expected = final_values(tmp_path, inputs)
+    seen = slowed_update(cfg, expected, monkeypatch, naive)
+    assert len(seen) >= 3, "the reader hardly looked: slow the update down more"
+    broken = [s for s in seen if s is not None]
+    if naive:  # the same reader catches an update that shows its new shape before its chunks
+        assert broken, f"the check saw nothing wrong with a publish-first update in {len(seen)} looks"
+    else:
+        assert broken == [], f"{len(broken)} of {len(seen)} looks saw a half-applied update: {broken[:3]}"
+        assert check_view(cfg.output.path, expected) is None
