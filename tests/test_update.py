@@ -92,9 +92,9 @@ def stats(store: Path) -> dict[str, tuple[int, int, int]]:
     return out
 
 
-def same_as_full_run(tmp_path: Path, inputs: Path, cube: Path) -> None:
+def same_as_full_run(tmp_path: Path, inputs: Path, cube: Path, *sets: str) -> None:
     """The updated cube is a full run's over the same inputs: time axis, every value, every chunk's bytes."""
-    full = pipeline.run(config(tmp_path, inputs, "full.zarr"), overwrite=True)
+    full = pipeline.run(config(tmp_path, inputs, "full.zarr", *sets), overwrite=True)
     a, b = xr.open_zarr(cube), xr.open_zarr(full.config.output.path)
     np.testing.assert_array_equal(a.time.values, b.time.values)
     assert sorted(a.data_vars) == sorted(b.data_vars)
@@ -297,3 +297,98 @@ def test_readers_see_the_cube_before_or_after(
     else:
         assert broken == [], f"{len(broken)} of {len(seen)} looks saw a half-applied update: {broken[:3]}"
         assert check_view(cfg.output.path, expected) is None
+
+
+# -- interrupted updates ----------------------------------------------------------------------------------
+
+SMALL_PARTS = ("execution.partition_mb=0.05",)
+"""The interrupted update's: one chunk a partition (the cube does not depend on it)."""
+
+
+def _sigint_default() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def interrupt_update(cfg_path: Path, store: Path, sig: int) -> Any:
+    """Start ``pipeline update`` in its own process group and send ``sig`` to the whole group once two
+    partitions are journaled; the finished process."""
+    import subprocess
+    import sys
+
+    from pipeline.store.layout import JOURNAL_DIR
+
+    sets = [a for s in SMALL_PARTS for a in ("--set", s)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "update", str(cfg_path), *sets, "--set", f"output.path={store}", "-q"],
+        start_new_session=True,
+        preexec_fn=_sigint_default,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    journal = store / JOURNAL_DIR
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if journal.exists() and len([n for n in os.listdir(journal) if n.startswith("pipeline-")]) >= 2:
+            break
+        time.sleep(0.005)
+    if proc.poll() is not None:
+        pytest.fail(f"the update ended before it could be interrupted: {proc.stderr.read() if proc.stderr else ''}")
+    os.killpg(proc.pid, sig)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGINT"])
+def test_an_interrupted_update_leaves_the_cube_and_the_next_one_completes_it(
+    tmp_path: Path, small_dir: Path, sig: str
+) -> None:
+    import signal
+
+    inputs = make_inputs(tmp_path, small_dir)
+    cfg = config(tmp_path, inputs, "cube.zarr")
+    cube = Path(cfg.output.path)
+    pipeline.run(cfg)
+    old = {str(t)[:10]: {b: v.values for b, v in ds.items()} for t, ds in xr.open_zarr(cube).groupby("time")}
+    old = {t: {b: v[0] for b, v in bands.items()} for t, bands in old.items()}
+    root = (cube / "zarr.json").read_bytes()
+    for d in ("2024-06-05", "2024-06-21", "2024-06-25"):
+        add_date(inputs, small_dir, d)
+    code, err = interrupt_update(tmp_path / "config.yaml", cube, getattr(signal, sig))
+    if sig == "SIGINT":
+        assert code == 130 and "resume with: pipeline update " in err and "--resume" not in err, err
+    assert (cube / "zarr.json").read_bytes() == root and check_view(str(cube), old) is None  # as it was
+    r = pipeline.update(config(tmp_path, inputs, "cube.zarr", *SMALL_PARTS))  # the same command again
+    assert r.report["plan"]["resumed_done"] >= 2  # the interrupted update's finished partitions are kept
+    assert r.report["update"]["added"] == ["2024-06-05T00:00:00", "2024-06-21T00:00:00", "2024-06-25T00:00:00"]
+    same_as_full_run(tmp_path, inputs, cube)
+
+
+def test_other_work_after_an_interrupted_update_cleans_up_after_it(tmp_path: Path, small_dir: Path) -> None:
+    """Killed while it recomputed a date in place and added others; then the inputs change back and on: the
+    next update recomputes the half-rewritten date even though its sources now match the record, drops
+    what the killed one wrote beyond the cube, and makes a full run's cube."""
+    import signal
+
+    inputs = make_inputs(tmp_path, small_dir, (*SMALL_DATES, "2024-06-21"))
+    cfg = config(tmp_path, inputs, "cube.zarr")
+    cube = Path(cfg.output.path)
+    pipeline.run(cfg)
+    tiles = sorted((inputs / "2024-06-21").glob("*.tif"))
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    for t in tiles:
+        shutil.copy2(t, saved / t.name)
+        rewrite_tile(t)
+    for d in ("2024-06-25", "2024-06-27"):
+        add_date(inputs, small_dir, d)
+    interrupt_update(tmp_path / "config.yaml", cube, signal.SIGKILL)
+    for t in tiles:  # the provider's reprocessing withdrawn: the tiles are the recorded ones again
+        shutil.copy2(saved / t.name, t)
+    shutil.rmtree(inputs / "2024-06-27")
+    r = pipeline.update(cfg)
+    assert r.report["update"]["added"] == ["2024-06-25T00:00:00"]
+    assert r.report["update"]["why"]["2024-06-21T00:00:00"] == ["an interrupted update had begun to rewrite it"]
+    same_as_full_run(tmp_path, inputs, cube)
