@@ -214,7 +214,7 @@ def test_a_composite_is_refused(tmp_path: Path, small_dir: Path) -> None:
 # -- readers during an update ---------------------------------------------------------------------------
 
 
-def check_view(path: str, expected: dict[str, dict[str, np.ndarray]]) -> str | None:
+def check_view(path: Any, expected: dict[str, dict[str, np.ndarray]]) -> str | None:
     """What is wrong with the cube a reader opens now (None: a whole cube, old or new): the bands' time axes,
     a time axis not unique and increasing, or a date whose pixels are not all its final ones."""
     ds = xr.open_zarr(path)
@@ -231,7 +231,7 @@ def check_view(path: str, expected: dict[str, dict[str, np.ndarray]]) -> str | N
     return None
 
 
-def poll(path: str, expected: dict[str, dict[str, np.ndarray]], stop: threading.Event, seen: list[Any]) -> None:
+def poll(path: Any, expected: dict[str, dict[str, np.ndarray]], stop: threading.Event, seen: list[Any]) -> None:
     while not stop.is_set():
         try:
             seen.append(check_view(path, expected))
@@ -239,9 +239,12 @@ def poll(path: str, expected: dict[str, dict[str, np.ndarray]], stop: threading.
             seen.append(f"{type(e).__name__}: {e}")
 
 
-def slowed_update(cfg: Any, expected: Any, monkeypatch: pytest.MonkeyPatch, naive: bool) -> list[Any]:
-    """Run an update whose chunk writes each take 20 ms more while a reader polls; what the reader saw.
-    ``naive``: publish the metadata before the chunks (as resize-first appenders do)."""
+def slowed_update(
+    cfg: Any, expected: Any, monkeypatch: pytest.MonkeyPatch, naive: bool, target: Any = None
+) -> list[Any]:
+    """Run an update whose chunk writes each take 20 ms more while a reader polls the cube (``target``: what
+    ``xarray.open_zarr`` takes; default ``output.path``); what the reader saw. ``naive``: publish the
+    metadata before the chunks (as resize-first appenders do)."""
     import pipeline.execute.runner as runner
     import pipeline.store.write as write
 
@@ -262,7 +265,7 @@ def slowed_update(cfg: Any, expected: Any, monkeypatch: pytest.MonkeyPatch, naiv
 
         monkeypatch.setattr(runner, "stage", stage_and_publish_first)
     stop, seen = threading.Event(), list[Any]()
-    reader = threading.Thread(target=poll, args=(cfg.output.path, expected, stop, seen))
+    reader = threading.Thread(target=poll, args=(target or cfg.output.path, expected, stop, seen))
     reader.start()
     try:
         pipeline.update(cfg)
