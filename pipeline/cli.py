@@ -383,7 +383,7 @@ def config_cmd(config: str | None, sets: tuple[str, ...], schema: bool) -> None:
 @_exits
 def report(report_json: str, html_out: str | None, old_json: str | None) -> None:
     """Print a past run's breakdown (or what changed since an older run), and render it as HTML."""
-    from pipeline.report.summary import format_report, read_report
+    from pipeline.report.summary import format_report, format_update, read_report
 
     rep = read_report(report_json)
     old = read_report(old_json) if old_json else None
@@ -393,7 +393,9 @@ def report(report_json: str, html_out: str | None, old_json: str | None) -> None
         click.echo(f"{report_json} (new) against {old_json} (old):")
         click.echo(format_comparison(compare_reports(rep, old)))
     else:
-        click.echo(format_report(rep))
+        click.echo(format_report(rep) if "tasks" in rep else "")
+    if "update" in rep:
+        click.echo(format_update(rep["update"], bool(rep.get("dry_run"))))
     if html_out:
         from pipeline.report.html import write_html
 

@@ -395,3 +395,31 @@ def test_other_work_after_an_interrupted_update_cleans_up_after_it(tmp_path: Pat
     assert r.report["update"]["added"] == ["2024-06-25T00:00:00"]
     assert r.report["update"]["why"]["2024-06-21T00:00:00"] == ["an interrupted update had begun to rewrite it"]
     same_as_full_run(tmp_path, inputs, cube)
+
+
+def test_the_report_and_its_page_say_what_changed_and_why(tmp_path: Path, small_dir: Path) -> None:
+    from pipeline.report.html import render_html
+
+    inputs = make_inputs(tmp_path, small_dir)
+    cfg = config(tmp_path, inputs)
+    pipeline.run(cfg)
+    add_date(inputs, small_dir, "2024-06-21")
+    tile = sorted((inputs / "2024-06-01").glob("*_B04.tif"))[0]
+    rewrite_tile(tile)
+    r = pipeline.update(cfg)
+    saved = json.loads(Path(cfg.report_path).read_text())["update"]
+    assert saved["added"] == ["2024-06-21T00:00:00"] and saved["unchanged"] == ["2024-06-11T00:00:00"]
+    assert saved["why"] == {"2024-06-01T00:00:00": [f"tile rewritten: {tile} (size {why_of(saved)})"]}
+    page = render_html(r.report)
+    assert "<h2>Update</h2>" in page and f"tile rewritten: {tile}" in page
+    assert "<td>2024-06-21T00:00:00</td><td>added</td>" in page
+    out = CliRunner().invoke(main, ["report", cfg.report_path])
+    assert (
+        "recomputed:        1 date(s)  2024-06-01" in out.output and f"2024-06-01: tile rewritten: {tile}" in out.output
+    )
+    nothing = pipeline.update(cfg)  # up to date: a report of its dates alone, and its page
+    assert "no chunk written" in render_html(nothing.report) and nothing.report["update"]["unchanged"]
+
+
+def why_of(update: dict[str, Any]) -> str:
+    return update["why"]["2024-06-01T00:00:00"][0].rsplit("(size ", 1)[1].rstrip(")")
