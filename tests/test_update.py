@@ -423,3 +423,33 @@ def test_the_report_and_its_page_say_what_changed_and_why(tmp_path: Path, small_
 
 def why_of(update: dict[str, Any]) -> str:
     return update["why"]["2024-06-01T00:00:00"][0].rsplit("(size ", 1)[1].rstrip(")")
+
+
+def test_one_update_at_a_time(tmp_path: Path, small_dir: Path) -> None:
+    """A cron job that starts while the last one still runs is refused (exit 1, naming the lock); a lock whose
+    process is gone (killed) is taken over."""
+    import socket
+    import subprocess
+    import sys
+
+    from pipeline.errors import StoreError
+    from pipeline.store.publish import LOCK
+
+    inputs = make_inputs(tmp_path, small_dir)
+    cfg = config(tmp_path, inputs)
+    pipeline.run(cfg)
+    add_date(inputs, small_dir, "2024-06-21")
+    lock = Path(cfg.output.path) / LOCK
+    lock.parent.mkdir()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock.write_text(json.dumps({"host": socket.gethostname(), "pid": sleeper.pid, "since": "then"}))
+        before = stats(Path(cfg.output.path))
+        with pytest.raises(StoreError, match=f"another update holds it .*process {sleeper.pid}.*delete .*{LOCK}"):
+            pipeline.update(cfg)
+        assert stats(Path(cfg.output.path)) == before
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    r = pipeline.update(cfg)  # its process is gone
+    assert r.report["update"]["added"] == ["2024-06-21T00:00:00"] and not lock.exists()

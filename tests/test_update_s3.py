@@ -140,3 +140,26 @@ def test_sigkill_during_an_update_in_a_bucket(tmp_path: Path, small_dir: Path, s
     full = pipeline.run(s3_config(tmp_path, inputs, f"s3://{s3_bucket}/full.zarr", s3_server.endpoint_url))
     assert full.exit_code == 0
     assert chunks_by_date(client, s3_bucket, "cube.zarr") == chunks_by_date(client, s3_bucket, "full.zarr")
+
+
+def test_a_held_lock_in_a_bucket_refuses_a_second_update(
+    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str
+) -> None:
+    """The lock is a conditional put (If-None-Match: *, which moto honours): a second update while one holds
+    it is refused and writes nothing."""
+    import socket
+
+    from pipeline.errors import StoreError
+    from pipeline.store.publish import LOCK
+
+    client = s3_server.client()
+    inputs = make_inputs(tmp_path, small_dir)
+    cfg = s3_config(tmp_path, inputs, f"s3://{s3_bucket}/cube.zarr", s3_server.endpoint_url)
+    pipeline.run(cfg)
+    add_date(inputs, small_dir, "2024-06-21")
+    held = {"host": socket.gethostname(), "pid": os.getppid(), "since": "then"}  # a live process, not this one
+    client.put_object(Bucket=s3_bucket, Key=f"cube.zarr/{LOCK}", Body=json.dumps(held).encode())
+    before = objects(client, s3_bucket, "cube.zarr")
+    with pytest.raises(StoreError, match="another update holds it"):
+        pipeline.update(cfg)
+    assert objects(client, s3_bucket, "cube.zarr") == before

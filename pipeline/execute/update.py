@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline import __version__
 from pipeline.report.summary import write_report
 from pipeline.store.existing import journal_done, output_store
-from pipeline.store.publish import publish_update, stage_update
+from pipeline.store.publish import publish_update, stage_update, take_lock
 from pipeline.store.record import compute_diff, compute_record, write_record
 
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ def record_run(output: OutputConfig, storage: StorageConfig, catalog: Catalog) -
 
 def stage(path: str, storage: StorageConfig, work: UpdateWork) -> set[str]:
     """Make the store ready for the update's chunks; the partitions an interrupted run of the same work finished."""
+    take_lock(path, storage)
     staging = stage_update(path, storage, work.state, work.diff, work.digest)
     work.separator = staging.separator
     return journal_done(path, storage) if staging.resumed else set()

@@ -23,6 +23,7 @@ wrote beyond the shape is deleted, and what it rewrote in place is recomputed).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -44,6 +45,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+LOCK = f"{JOURNAL_DIR}/lock"
+"""Held by the update in progress (its host and process): created only where absent (a conditional put:
+``O_EXCL`` on disk, ``If-None-Match: *`` in a bucket), deleted with the journal when it publishes."""
 MARKER = f"{JOURNAL_DIR}/update.json"
 """An update in progress: its work digest, the key separator it writes with, and the dates it rewrites in place."""
 
@@ -120,6 +124,44 @@ def check_cube(
         )
 
 
+def _alive(pid: Any) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, TypeError, ValueError):
+        return False
+    return True
+
+
+def take_lock(path: str, storage: Storage | None) -> None:
+    """Hold the cube for this update, or StoreError where another update holds it. A lock left by an update
+    of this machine whose process is gone (killed), or by this process (an update that failed), is taken over."""
+    import socket
+    import time
+
+    import obstore
+    from obstore.exceptions import AlreadyExistsError
+
+    store = output_store(path, storage)
+    me = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    for _ in range(3):
+        try:
+            obstore.put(store, LOCK, json.dumps(me).encode(), mode="create")
+            return
+        except AlreadyExistsError:
+            try:
+                held = get_json(store, LOCK) or {}
+            except ValueError:
+                held = {}
+            mine = held.get("host") == me["host"] and (held.get("pid") == me["pid"] or not _alive(held.get("pid")))
+            if not mine:
+                raise StoreError(
+                    f"{path}: another update holds it (host {held.get('host')}, process {held.get('pid')}, since "
+                    f"{held.get('since')}); wait for it to end, or, if it is gone, delete {path}/{LOCK}"
+                ) from None
+            delete_keys(store, [LOCK])
+    raise StoreError(f"{path}: could not take {LOCK}")
+
+
 def read_marker(path: str, storage: Storage | None) -> dict[str, Any] | None:
     """The marker an unfinished update left, or None."""
     try:
@@ -144,6 +186,25 @@ def _band_keys(store: Any, band: str, separator: str) -> list[tuple[str, int]]:
             head = key[len(start) :].split(separator, 1)[0]
             if head.isdigit():
                 out.append((key, int(head)))
+    return out
+
+
+def _position_keys(
+    store: Any, bands: list[str], separator: str, positions: set[int]
+) -> list[tuple[str, tuple[str, int, int, int], int]]:
+    """(key, (band, t, row, col), size) of the chunk objects at time ``positions``: with ``/`` keys one listing
+    per band and position (``B02/c/7/``); with ``.`` keys, which share one folder, the band's whole listing."""
+    out = []
+    for band in bands:
+        start = f"{band}/c{separator}"
+        if separator == "/":
+            listed = [kv for t in sorted(positions) for kv in list_keys(store, f"{start}{t}")]
+        else:
+            listed = [kv for kv in list_keys(store, band) if kv[0].startswith(start)]
+        for key, size in listed:
+            parts = key[len(start) :].split(separator)
+            if len(parts) == 3 and all(p.isdigit() for p in parts) and int(parts[0]) in positions:
+                out.append((key, (band, int(parts[0]), int(parts[1]), int(parts[2])), size))
     return out
 
 
@@ -198,7 +259,7 @@ def stage_update(path: str, storage: Storage | None, state: CubeState, diff: Upd
     try:
         if marker is not None:  # another update's leftovers: beyond the shape, and its journal
             n = _clean(store, bands, old_sep, len(state.times))
-            delete_keys(store, [k for k, _ in list_keys(store, JOURNAL_DIR) if k != MARKER])
+            delete_keys(store, [k for k, _ in list_keys(store, JOURNAL_DIR) if k not in (MARKER, LOCK)])
             logger.info("%s: cleaned up after an interrupted update (%d chunk objects beyond the cube)", path, n)
         sep = other(old_sep) if diff.shifts else old_sep
         in_place = [] if diff.shifts else sorted(diff.recomputed)
@@ -247,17 +308,13 @@ def publish_update(
     bands = state.bands
     n = len(diff.times)
     try:
-        if not diff.shifts:  # a date rewritten in place: its chunks no job wrote now hold nothing
+        work = _position_keys(store, bands, separator, {diff.position(d) for d in diff.work})
+        if not diff.shifts and diff.recomputed:  # a date rewritten in place: its chunks no job wrote hold nothing
             written = _written(plan, state)
-            stale = []
             places = {diff.position(d) for d in diff.recomputed}
-            for band in bands:
-                for key, t in _band_keys(store, band, separator):
-                    if t in places:
-                        rest = key[len(f"{band}/c{separator}") :].split(separator)[1:]
-                        if (band, t, int(rest[0]), int(rest[1])) not in written:
-                            stale.append(key)
+            stale = [key for key, (band, t, y, x), _ in work if t in places and (band, t, y, x) not in written]
             delete_keys(store, stale)
+            work = [w for w in work if w[0] not in set(stale)]
         generation = state.generation + 1
         record_name = write_record(store, generation, record)
         arrays = {name: dict(meta) for name, meta in state.arrays.items()}
@@ -278,17 +335,16 @@ def publish_update(
         root["attributes"] = {**state.attrs, "pipeline_record": record_name, "pipeline_generation": generation}
         root["consolidated_metadata"] = {**root["consolidated_metadata"], "metadata": dict(sorted(arrays.items()))}
         put_json(store, "zarr.json", root)  # the one put readers see the update by
-        keys = list_keys(store)
-        done = [k for k, _ in keys if k.startswith(f"{JOURNAL_DIR}/") and k != MARKER]
+        keys = list_keys(store, JOURNAL_DIR) + list_keys(store, RECORD_DIR)
+        done = [k for k, _ in keys if k.startswith(f"{JOURNAL_DIR}/") and k not in (MARKER, LOCK)]
         done += [k for k, _ in keys if k.startswith(f"{RECORD_DIR}/") and k != record_name]
         delete_keys(store, done)
-        delete_keys(store, [MARKER])
+        delete_keys(store, [MARKER, LOCK])  # the marker, then the lock: the update is over
         if scheme(path) == "file":
             import shutil
 
             shutil.rmtree(os.path.join(path, JOURNAL_DIR), ignore_errors=True)
     except OSError as e:
         raise StoreError(f"cannot publish the update of {path}: {redact(str(e))}") from None
-    starts = tuple(f"{b}/c{separator}" for b in bands)
-    data = [size for k, size in keys if k.startswith(starts)]
-    return StoreUsage(bytes=sum(size for _, size in keys), data_objects=len(data), data_bytes=sum(data))
+    data = [size for _, _, size in work]  # the dates it wrote: listing the whole cube would cost as it grows
+    return StoreUsage(bytes=sum(data), data_objects=len(data), data_bytes=sum(data))
