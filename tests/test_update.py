@@ -239,19 +239,35 @@ def poll(path: Any, expected: dict[str, dict[str, np.ndarray]], stop: threading.
             seen.append(f"{type(e).__name__}: {e}")
 
 
+GATED = 6
+"""The update's first chunk puts that each wait for a whole look of the reader: the reader is sure to look
+while the update is half done, however loaded the machine (later puts are only slowed by 10 ms)."""
+
+
 def slowed_update(
     cfg: Any, expected: Any, monkeypatch: pytest.MonkeyPatch, naive: bool, target: Any = None
 ) -> list[Any]:
-    """Run an update whose chunk writes each take 20 ms more while a reader polls the cube (``target``: what
-    ``xarray.open_zarr`` takes; default ``output.path``); what the reader saw. ``naive``: publish the
-    metadata before the chunks (as resize-first appenders do)."""
+    """Run an update while a reader polls the cube (``target``: what ``xarray.open_zarr`` takes; default
+    ``output.path``), its first :data:`GATED` chunk puts each held until the reader has looked once more;
+    what the reader saw. ``naive``: publish the metadata before the chunks (as resize-first appenders do)."""
     import pipeline.execute.runner as runner
     import pipeline.store.write as write
 
     real_write = write.write_bytes
+    stop, seen = threading.Event(), list[Any]()
+    gate = threading.Lock()
+    gated = [0]
 
     def slow(store: Any, key: str, payload: bytes) -> None:
-        time.sleep(0.02)
+        with gate:
+            if gated[0] < GATED:
+                gated[0] += 1
+                looked = len(seen)
+                deadline = time.time() + 10
+                while len(seen) < looked + 1 and time.time() < deadline and not stop.is_set():
+                    time.sleep(0.002)
+            else:
+                time.sleep(0.01)
         real_write(store, key, payload)
 
     monkeypatch.setattr(write, "write_bytes", slow)
@@ -264,7 +280,6 @@ def slowed_update(
             return done
 
         monkeypatch.setattr(runner, "stage", stage_and_publish_first)
-    stop, seen = threading.Event(), list[Any]()
     reader = threading.Thread(target=poll, args=(target or cfg.output.path, expected, stop, seen))
     reader.start()
     try:
@@ -293,8 +308,9 @@ def test_readers_see_the_cube_before_or_after(
     add_date(inputs, small_dir, new_date)
     expected = final_values(tmp_path, inputs)
     seen = slowed_update(cfg, expected, monkeypatch, naive)
-    assert len(seen) >= 3, "the reader hardly looked: slow the update down more"
+    assert len(seen) >= GATED
     broken = [s for s in seen if s is not None]
+    print(f"local, {new_date}, {'publish first' if naive else 'update'}: {len(seen)} looks, {len(broken)} mixed")
     if naive:  # the same reader catches an update that shows its new shape before its chunks
         assert broken, f"the check saw nothing wrong with a publish-first update in {len(seen)} looks"
     else:
