@@ -184,7 +184,7 @@ def test_dry_run_writes_nothing_and_no_cube_is_a_run(tmp_path: Path, small_dir: 
     ("setting", "key"),
     [
         ("output.chunks={y: 64, x: 128}", "output.chunks"),
-        ("grid.resolution=40", "grid"),
+        ("grid.resolution=40", "grid.resolution"),
         ("fuse=last", "fuse"),
         ("inputs.bands=[B02, B04]", "inputs.bands"),
     ],

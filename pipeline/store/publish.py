@@ -92,29 +92,38 @@ def check_cube(
 
     if "crs_wkt" in ref and not CRS.from_wkt(ref["crs_wkt"]).equals(CRS.from_user_input(g.crs)):
         diffs.append(("grid.crs", f"the cube's CRS is not {g.crs}"))
+    per_band: dict[tuple[str, str], list[str]] = {}  # (key, what differs) -> the bands it differs in
     for name in sorted(set(bands) & set(state.bands)):
         meta, spec = state.arrays[name], bands[name]
         if list(meta["shape"][1:]) != list(g.shape_yx):
-            diffs.append(("grid", f"{name} is {meta['shape'][1:]} pixels (y, x), the grid now {list(g.shape_yx)}"))
+            said = f"{meta['shape'][1:]} pixels (y, x) in the cube, {list(g.shape_yx)} on the grid now"
+            per_band.setdefault(("grid", said), []).append(name)
         if meta["data_type"] != np.dtype(spec.dtype).name:
-            diffs.append(("inputs", f"{name} is {meta['data_type']} in the cube, {spec.dtype} in the inputs"))
+            said = f"{meta['data_type']} in the cube, {spec.dtype} in the inputs"
+            per_band.setdefault(("inputs", said), []).append(name)
         codecs = meta.get("codecs") or []
         sharded = bool(codecs) and codecs[0].get("name") == "sharding_indexed"
         inner = (
             codecs[0]["configuration"]["chunk_shape"] if sharded else meta["chunk_grid"]["configuration"]["chunk_shape"]
         )
         if list(inner[1:]) != list(g.chunks_yx):
-            diffs.append(("output.chunks", f"{name} has chunks {inner[1:]} (y, x), the config {list(g.chunks_yx)}"))
+            said = f"chunks {inner[1:]} (y, x) in the cube, {list(g.chunks_yx)} in the config"
+            per_band.setdefault(("output.chunks", said), []).append(name)
         fill, nodata = meta.get("fill_value"), spec.nodata
         same_fill = (fill == "NaN" and np.isnan(nodata)) or (not isinstance(fill, str) and fill == nodata)
         if not same_fill:
-            diffs.append(("inputs.nodata", f"{name}'s fill value is {fill} in the cube, {nodata} from the inputs"))
+            said = f"fill value {fill} in the cube, {nodata} from the inputs"
+            per_band.setdefault(("inputs.nodata", said), []).append(name)
+    diffs += [(key, f"{', '.join(names)}: {said}") for (key, said), names in per_band.items()]
     recorded = {
         k: v for k, v in (state.attrs.get("pipeline_settings") or {}).items() if k not in WHERE_INPUTS_COME_FROM
     }
     mine = {k: v for k, v in settings.items() if k not in WHERE_INPUTS_COME_FROM}
-    for key, old, new in setting_changes(recorded, mine):
-        diffs.append((key, f"the cube was made with {old}, the config has {new}"))
+    settings_first = [
+        (key, f"the cube was made with {old}, the config has {new}")
+        for key, old, new in setting_changes(recorded, mine)
+    ]
+    diffs = settings_first + diffs  # the config keys first: the error names the one to set back
     if diffs:
         said = "; ".join(f"{k}: {v}" for k, v in diffs)
         raise ConfigError(
