@@ -164,3 +164,61 @@ def test_a_held_lock_in_a_bucket_refuses_a_second_update(
     with pytest.raises(StoreError, match="another update holds it"):
         pipeline.update(cfg)
     assert objects(client, s3_bucket, "cube.zarr") == before
+
+
+def test_a_bucket_lost_mid_update(tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str) -> None:
+    """The bucket stops answering mid-update (a proxy in front of moto that, once cut, answers every
+    request 403: obstore retries resets and 5xx for up to 3 minutes, which a test cannot wait out): the
+    update fails (exit 1), the cube is as it was, and the next update, the bucket back, completes it into a
+    full run's cube."""
+    import socket as sockets
+
+    from pipeline.errors import PipelineError
+    from tests.faultproxy import LoopbackProxy, _read_request, _with_close
+
+    class Cuttable(LoopbackProxy):
+        cut = False
+        puts = 0
+
+        def _handle(self, conn: sockets.socket) -> None:
+            with conn:
+                request = _read_request(conn)
+                if request is None:
+                    return
+                if request.startswith(b"PUT") and b"/.pipeline-journal/pipeline-" in request.split(b"\r\n", 1)[0]:
+                    self.puts += 1
+                    self.cut = self.cut or self.puts > 2
+                if self.cut:
+                    body = b"<Error><Code>AccessDenied</Code><Message>cut</Message></Error>"
+                    conn.sendall(
+                        b"HTTP/1.1 403 Forbidden\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body
+                    )
+                    return
+                head, _, body = request.partition(b"\r\n\r\n")
+                with sockets.create_connection(self.upstream, timeout=60) as up:
+                    up.sendall(_with_close(head) + b"\r\n\r\n" + body)
+                    response = b""
+                    while part := up.recv(1 << 20):
+                        response += part
+                rhead, _, rbody = response.partition(b"\r\n\r\n")
+                conn.sendall(_with_close(rhead) + b"\r\n\r\n" + rbody)
+
+    client = s3_server.client()
+    inputs = make_inputs(tmp_path, small_dir)
+    url = f"s3://{s3_bucket}/cube.zarr"
+    cfg = s3_config(tmp_path, inputs, url, s3_server.endpoint_url, "execution.partition_mb=0.05")
+    pipeline.run(cfg)
+    root = client.get_object(Bucket=s3_bucket, Key="cube.zarr/zarr.json")["Body"].read()
+    for d in ("2024-06-05", "2024-06-21"):
+        add_date(inputs, small_dir, d)
+    with Cuttable(s3_server.endpoint_url) as proxy:
+        cut = s3_config(tmp_path, inputs, url, proxy.url, "execution.partition_mb=0.05")
+        with pytest.raises(PipelineError):
+            pipeline.update(cut)
+        assert proxy.cut
+    assert client.get_object(Bucket=s3_bucket, Key="cube.zarr/zarr.json")["Body"].read() == root
+    r = pipeline.update(cfg)
+    assert r.report["plan"]["resumed_done"] >= 2 and len(r.report["update"]["added"]) == 2
+    full = pipeline.run(s3_config(tmp_path, inputs, f"s3://{s3_bucket}/full.zarr", s3_server.endpoint_url))
+    assert full.exit_code == 0
+    assert chunks_by_date(client, s3_bucket, "cube.zarr") == chunks_by_date(client, s3_bucket, "full.zarr")
