@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test browser demo bench bench-scale bench-mixed bench-stac bench-s3 bench-s3-write bench-deps bench-kernels bench-composite gpu-check fixtures fixtures-cloudy mutation-check lint clean
+.PHONY: help install test browser demo bench bench-scale bench-mixed bench-stac bench-s3 bench-s3-write bench-update bench-deps bench-kernels bench-composite gpu-check fixtures fixtures-cloudy mutation-check lint clean
 
 help:  ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -55,6 +55,9 @@ bench-s3: bench-deps fixtures  ## reading a bucket 0 and 25 ms away: the pipelin
 
 bench-s3-write: bench-deps fixtures  ## writing a bucket: s3->s3, local->s3 (sharded or not), local->local and odc-stac on a loopback S3 server
 	$(BIN)/python -W ignore bench/s3.py
+
+bench-update: $(STAMP)  ## adding one date to cubes of 1, 10 and 40 dates (pipeline update, with and without inputs.index) vs a full run
+	BENCH_REPEATS=$${BENCH_REPEATS:-3} $(BIN)/python -W ignore bench/update.py
 
 bench-composite: bench-deps fixtures-cloudy  ## monthly clear-sky median composites on the cloudy preset: the pipeline vs odc-stac (wall, peak memory, values)
 	BENCH_REPEATS=$${BENCH_REPEATS:-3} $(BIN)/python -W ignore bench/composite.py

@@ -27,6 +27,7 @@ _LAZY = {
     "Config": "pipeline.config.model",
     "plan": "pipeline.api",
     "run": "pipeline.api",
+    "update": "pipeline.api",
     "PlanSummary": "pipeline.api",
     "Report": "pipeline.api",
     "RunResult": "pipeline.execute.runner",
@@ -55,7 +56,7 @@ _SUBMODULES = (
 __all__ = ["__version__", *_LAZY]
 
 if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ imports them
-    from pipeline.api import PlanSummary, Report, plan, run  # noqa: F401
+    from pipeline.api import PlanSummary, Report, plan, run, update  # noqa: F401
     from pipeline.config.model import Config  # noqa: F401
     from pipeline.errors import (  # noqa: F401
         ConfigError,

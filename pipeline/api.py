@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["PlanSummary", "Report", "open_cube", "plan", "run", "storage_options"]
+__all__ = ["PlanSummary", "Report", "open_cube", "plan", "run", "storage_options", "update"]
 
 if TYPE_CHECKING:
     import xarray
@@ -135,6 +135,32 @@ def run(
     result = execute_run(
         config, client=client, overwrite=overwrite, resume=resume, progress=progress, switches=switches
     )
+    result.report = Report(result.report)
+    return result
+
+
+def update(
+    config: Config,
+    client: Any = None,
+    *,
+    dry_run: bool = False,
+    progress: bool = False,
+    switches: Switches | None = None,
+) -> RunResult:
+    """Bring the cube at ``config.output.path`` up to date with its inputs: dates not in it are added in time
+    order, dates whose source tiles changed are recomputed, every other date's chunks are left as they are,
+    and readers see the cube before or after, never between (a date recomputed in place excepted:
+    ``docs/output.md``). No cube there: a run. ``dry_run``: only the report's ``update`` (what would be
+    added, recomputed and kept); nothing is written. A cube whose grid, bands, dtypes, chunks or pixel
+    settings differ from the config's is a :class:`~pipeline.errors.ConfigError` naming the difference.
+    Interrupted, the cube is as it was (but a date being recomputed in place), and the next update finishes it.
+    """
+    from pipeline.errors import Switches as Names
+    from pipeline.execute.runner import run as execute_run
+
+    _check(config, "update")
+    names = switches or Names("overwrite=True", "pipeline.update(config) again")
+    result = execute_run(config, client=client, progress=progress, switches=names, update=True, dry_run=dry_run)
     result.report = Report(result.report)
     return result
 

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from pipeline import __version__
-from pipeline.errors import CLI_SWITCHES, ConfigError, DeviceError, PipelineError, RunInterrupted
+from pipeline.errors import CLI_SWITCHES, ConfigError, DeviceError, PipelineError, RunInterrupted, Switches
 
 logger = logging.getLogger("pipeline")
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -72,7 +72,7 @@ def _command(resume: bool = False) -> str:
     import shlex
 
     args = [a for a in sys.argv[1:] if not (resume and a == "--overwrite")]
-    if resume and "--resume" not in args:
+    if resume and "--resume" not in args and "update" not in args[:1]:  # an update resumes by running again
         args.append("--resume")
     return shlex.join(["pipeline", *args])
 
@@ -178,6 +178,32 @@ def run(
     if not quiet:
         click.echo(format_report(result.report))
         click.echo(f"\nstore:  {cfg.output.path}\nreport: {cfg.report_path}")
+    _leave(result.exit_code)
+
+
+@main.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+@set_option
+@click.option("--dry-run", is_flag=True, help="List what would be added, recomputed and kept; write nothing.")
+@click.option("-v", "--verbose", count=True)
+@click.option("-q", "--quiet", is_flag=True)
+@_exits
+def update(config: str, sets: tuple[str, ...], dry_run: bool, verbose: int, quiet: bool) -> None:
+    """Bring the cube at output.path up to date with CONFIG's inputs: new dates added, changed dates
+    recomputed, the rest untouched; readers see the cube before or after. No cube there: a run."""
+    from pipeline.api import update as update_cube
+    from pipeline.report.summary import format_report, format_update
+
+    _setup_logging(verbose, quiet)
+    cfg = _load(config, sets)
+    names = Switches("--overwrite", "running the same `pipeline update` again")
+    result = update_cube(cfg, dry_run=dry_run, progress=not quiet and not dry_run, switches=names)
+    if not quiet or dry_run:
+        if result.report.get("tasks") is not None:
+            click.echo(format_report(result.report) + "\n")
+        click.echo(format_update(result.report["update"], dry_run))
+        if not dry_run:
+            click.echo(f"\nstore:  {cfg.output.path}\nreport: {cfg.report_path}")
     _leave(result.exit_code)
 
 
@@ -357,7 +383,7 @@ def config_cmd(config: str | None, sets: tuple[str, ...], schema: bool) -> None:
 @_exits
 def report(report_json: str, html_out: str | None, old_json: str | None) -> None:
     """Print a past run's breakdown (or what changed since an older run), and render it as HTML."""
-    from pipeline.report.summary import format_report, read_report
+    from pipeline.report.summary import format_report, format_update, read_report
 
     rep = read_report(report_json)
     old = read_report(old_json) if old_json else None
@@ -367,7 +393,9 @@ def report(report_json: str, html_out: str | None, old_json: str | None) -> None
         click.echo(f"{report_json} (new) against {old_json} (old):")
         click.echo(format_comparison(compare_reports(rep, old)))
     else:
-        click.echo(format_report(rep))
+        click.echo(format_report(rep) if "tasks" in rep else "")
+    if "update" in rep:
+        click.echo(format_update(rep["update"], bool(rep.get("dry_run"))))
     if html_out:
         from pipeline.report.html import write_html
 

@@ -228,6 +228,11 @@ class OutputConfig(Section):
         description="3: Zarr v3 (zarr.json). 2: Zarr v2 (.zgroup/.zarray/.zattrs, consolidated .zmetadata), "
         "for readers without Zarr v3: GDAL before 3.12, zarr-python 2, older xarray. No shards with 2.",
     )
+    engine: Literal["zarr"] = Field(
+        "zarr",
+        description="zarr: plain Zarr, updated by `pipeline update` behind one atomic put of the consolidated "
+        "metadata (docs/output.md, Updating a cube). icechunk (versioned, transactional) is not built yet.",
+    )
 
     @model_validator(mode="before")
     @classmethod

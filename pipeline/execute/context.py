@@ -56,6 +56,9 @@ class TaskContext:
     it; below 2: each read on the task's thread when it comes to it)."""
     prefetch_bytes: int = 64 << 20
     """Pixels the read-ahead holds at most, read or being read (``execution.prefetch_mb``)."""
+    chunk_separator: str | None = None
+    """Where chunks are written in the other key namespace than the arrays' own (``/`` or ``.``): an update
+    that shifts dates stages the whole time axis there before it publishes (:mod:`pipeline.store.publish`)."""
     run_token: str = ""
     """Unique to this run (a resumed one too): what a worker keeps from the files' contents, such as its
     judged mask windows, is kept for one run, as the files may have changed in between."""

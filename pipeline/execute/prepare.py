@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from pipeline.config import Config
-from pipeline.errors import PYTHON_SWITCHES, ConfigError, Switches
+from pipeline.errors import PYTHON_SWITCHES, ConfigError, StoreError, Switches
 from pipeline.execute.context import TaskContext
 from pipeline.execute.schedulers import machine_mb
 from pipeline.execute.workers import usable_cores
 from pipeline.inputs.catalog import build_catalog, mask_rule
 from pipeline.inputs.tiles import Catalog
-from pipeline.planning.plan import Plan
+from pipeline.planning.plan import Partitions, Plan
 from pipeline.planning.planner import compute_plan
 from pipeline.planning.windows import infer_grid
 from pipeline.report.progress import NoProgress
@@ -29,6 +30,16 @@ from pipeline.report.summary import StageClock
 from pipeline.resample import compiled
 from pipeline.storage import task_storage
 from pipeline.store.layout import create_store, journal_done, store_config, store_exists
+from pipeline.store.publish import check_cube, interrupted_dates, read_marker
+from pipeline.store.record import (
+    CubeState,
+    Record,
+    UpdateDiff,
+    compute_diff,
+    compute_record,
+    read_state,
+    work_digest,
+)
 from pipeline.store.resume import check_resumable
 from pipeline.store.write import store_stamp
 
@@ -61,22 +72,8 @@ def plan_run(config: Config, clock: StageClock | None = None, progress: NoProgre
         crs, res_xy, inferred = infer_grid(catalog.tiles, config.grid.crs, config.grid.resolution)
         for key, what in inferred.items():
             logger.info("%s: %s", key, what)
-        plan = compute_plan(
-            catalog.tiles,
-            crs=crs,
-            res_xy=res_xy,
-            chunks_yx=config.output.chunks_yx,
-            bounds=config.grid.bounds,
-            resampling=config.resampling,
-            fuse=config.fuse,
-            partition_mb=config.execution.partition_mb,
-            bands_order=config.inputs.bands,
-            key_prefix=f"pipeline-{config.output_hash()}",
-            band_attrs=catalog.band_attrs,
-            shards_yx=config.output.shards_yx,
-            categorical=catalog.categorical,
-            inferred=inferred,
-            **composite_args(config),
+        plan = plan_tiles(
+            config, catalog, catalog.tiles, crs=crs, res_xy=res_xy, bounds=config.grid.bounds, inferred=inferred
         )
     for path in plan.unmasked:
         catalog.skipped.append(
@@ -93,6 +90,38 @@ def plan_run(config: Config, clock: StageClock | None = None, progress: NoProgre
     if plan.n_jobs == 0:
         raise ConfigError("grid.bounds", _no_overlap(config, plan))
     return catalog, plan
+
+
+def plan_tiles(
+    config: Config,
+    catalog: Catalog,
+    tiles: Any,
+    *,
+    crs: str,
+    res_xy: tuple[float, float],
+    bounds: tuple[float, float, float, float] | None,
+    inferred: dict[str, str] | None = None,
+    bands_order: tuple[str, ...] | None = None,
+    key_prefix: str | None = None,
+) -> Plan:
+    """The plan of ``tiles`` (the catalog's, or some of its rows) on the grid of ``crs``, ``res_xy``, ``bounds``."""
+    return compute_plan(
+        tiles,
+        crs=crs,
+        res_xy=res_xy,
+        chunks_yx=config.output.chunks_yx,
+        bounds=bounds,
+        resampling=config.resampling,
+        fuse=config.fuse,
+        partition_mb=config.execution.partition_mb,
+        bands_order=bands_order or config.inputs.bands,
+        key_prefix=key_prefix or f"pipeline-{config.output_hash()}",
+        band_attrs=catalog.band_attrs,
+        shards_yx=config.output.shards_yx,
+        categorical=catalog.categorical,
+        inferred=inferred,
+        **composite_args(config),
+    )
 
 
 def composite_args(config: Config) -> dict[str, Any]:
@@ -200,3 +229,66 @@ def job_records(settings: dict[str, Any]) -> list[dict[str, Any]]:
     _prepare_store(config, plan, overwrite=True, resume=False)
     ctx = task_context(config, plan)
     return [run_partition(p, ctx) for p in plan.partitions]
+
+
+@dataclass
+class UpdateWork:
+    """An update of the cube at ``output.path``: what it finds there, what changes and the plan of that work."""
+
+    state: CubeState
+    diff: UpdateDiff
+    record: Record
+    """The record to publish: every date of the new time axis and its sources."""
+    digest: str
+    plan: Plan | None
+    """The plan of the dates to write, its time steps placed on the new axis; None: nothing to write."""
+    separator: str = "/"
+    """Where the chunks go (set by :func:`pipeline.store.publish.stage_update`)."""
+
+
+def plan_update(config: Config, catalog: Catalog, plan: Plan) -> UpdateWork | None:
+    """Compare the cube with the inputs (exit 2 where they would make another cube) and plan the dates to add
+    or recompute alone, on the cube's grid, each at its position in the new time axis. None: no cube there
+    (the update is a run)."""
+    if config.composite is not None:
+        raise ConfigError(
+            "composite", "update supports per-date cubes; rerun `pipeline run CONFIG --overwrite` for composites"
+        )
+    if config.output.zarr_format != 3:
+        raise ConfigError("output.zarr_format", "update supports Zarr v3 stores; rerun `pipeline run --overwrite`")
+    state = read_state(config.output.path, config.storage)
+    if state is None:
+        return None
+    path, storage = config.output.path, config.storage
+    check_cube(path, state, plan, config.output_settings())
+    tiles = catalog.tiles
+    current = compute_record(tiles["path"], tiles["date"], tiles["size"], tiles["mtime"])
+    marker = read_marker(path, storage)
+    diff = compute_diff(state.times, state.record, current)
+    digest = work_digest(diff, current, state.generation)
+    forced = interrupted_dates(marker, digest)
+    if forced:
+        diff = compute_diff(state.times, state.record, current, {d: w for d, w in forced.items() if d in current})
+        digest = work_digest(diff, current, state.generation)
+    kept = state.record or {}
+    record = {d: current[d] if d in current else kept.get(d, {}) for d in diff.times}
+    if not diff.work:
+        return UpdateWork(state, diff, record, digest, None)
+    labels = np.datetime_as_string(np.asarray(tiles["date"], dtype="datetime64[s]"), unit="s")
+    rows = np.isin(labels, list(diff.work))
+    work = plan_tiles(
+        config,
+        catalog,
+        tiles.rows(rows),
+        crs=plan.grid.crs,
+        res_xy=plan.grid.res_xy,
+        bounds=plan.grid.bounds,
+        bands_order=tuple(b.name for b in plan.bands),
+        key_prefix=f"pipeline-{config.output_hash()}-u{digest}",
+    )
+    if work.grid != plan.grid or [(b.name, b.dtype) for b in work.bands] != [(b.name, b.dtype) for b in plan.bands]:
+        raise StoreError(f"{path}: the dates to update planned on another grid or bands than the whole inputs'")
+    where = np.array([diff.position(t) for t in work.times], dtype=np.int64)
+    tables = replace(work.tables, job_t=where[work.tables.job_t])
+    work = replace(work, tables=tables, partitions=Partitions(tables, work.grid, work.bands, work.partitions.prefix))
+    return UpdateWork(state, diff, record, digest, replace(work, times=diff.times))

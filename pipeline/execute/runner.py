@@ -23,9 +23,10 @@ from pipeline.execute.device import (
     check_request,
     detect_gpu,
 )
-from pipeline.execute.prepare import _prepare_store, plan_run, task_context
+from pipeline.execute.prepare import _prepare_store, plan_run, plan_update, task_context
 from pipeline.execute.schedulers import execute_tasks, threads_available
 from pipeline.execute.stopping import stopped_cleanly
+from pipeline.execute.update import publish, record_run, stage, update_result, update_section
 from pipeline.execute.warmup import peak_rss_mb
 from pipeline.execute.workers import start_fork_server, start_worker_server, usable_cores
 from pipeline.inputs.catalog import describe_bands
@@ -237,8 +238,11 @@ def run(
     progress: Any = False,
     shuffle_seed: int | None = None,
     switches: Switches = PYTHON_SWITCHES,
+    update: bool = False,
+    dry_run: bool = False,
 ) -> RunResult:
-    """The batch run. Raises PipelineError subclasses; returns the report and exit code.
+    """The batch run; with ``update``, an update of the cube there (:mod:`pipeline.execute.update`; ``dry_run``:
+    what it would do). Raises PipelineError subclasses; returns the report and exit code.
 
     ``client``: an existing ``distributed.Client`` to run on (left open); None: as the config says.
     ``progress``: True shows it on stderr, False none, or an object with the interface of
@@ -248,7 +252,7 @@ def run(
     """
     show = progress_for(progress)
     try:
-        return _run(config, client, overwrite, resume, show, shuffle_seed, switches)
+        return _run(config, client, overwrite, resume, show, shuffle_seed, switches, update, dry_run)
     finally:
         show.close()
 
@@ -261,6 +265,8 @@ def _run(
     progress: NoProgress,
     shuffle_seed: int | None,
     switches: Switches,
+    update: bool = False,
+    dry_run: bool = False,
 ) -> RunResult:
     clock = StageClock()
     own_workers = not config.execution.address and client is None
@@ -269,6 +275,16 @@ def _run(
     elif own_workers and config.execution.scheduler == "processes":
         start_fork_server()
     catalog, plan = plan_run(config, clock, progress)
+    work = None
+    if update:  # the dates to add or recompute alone (pipeline.execute.update); no cube: a run
+        with clock.stage("plan"):
+            work = plan_update(config, catalog, plan)
+        if dry_run or (work is not None and work.plan is None):
+            said = update_result(
+                config.output.path, config.report_path, config.storage, catalog, plan, work, clock, dry_run
+            )
+            return RunResult(report=said, exit_code=3 if catalog.skipped else 0, config=config)
+        plan = plan if work is None or work.plan is None else work.plan
     if config.inputs.trust_index:  # planned without a request: check the store answers before writing
         from pipeline.storage import check_access
 
@@ -277,8 +293,11 @@ def _run(
         check_request("gpu", {"local": asdict(detect_gpu())})  # refuse before anything is written
     config_hash = config.output_hash()
     with clock.stage("write"), stopped_cleanly(config.output, config.storage, plan, switches, progress):
-        removing = move_aside(config.output.path, config.storage, overwrite=overwrite, resume=resume)
-        done = _prepare_store(config, plan, overwrite=overwrite, resume=resume, switches=switches)
+        if work is not None:
+            removing, done = None, stage(config.output.path, config.storage, work)
+        else:
+            removing = move_aside(config.output.path, config.storage, overwrite=overwrite, resume=resume)
+            done = _prepare_store(config, plan, overwrite=overwrite, resume=resume, switches=switches)
     todo = [plan.partitions[i] for i, key in enumerate(plan.partitions.keys()) if key not in done]
     # Costliest first (stable: equal ones keep plan order), so the run ends on its cheapest partitions
     # and the workers finish together: the longest-processing-time rule. The cube does not depend on it.
@@ -290,6 +309,8 @@ def _run(
     with clock.stage("plan"):
         io = _io_choice(config, catalog, plan)
     ctx = replace(task_context(config, plan, catalog), io_concurrency=io.concurrency)
+    if work is not None:
+        ctx = replace(ctx, chunk_separator=work.separator)
     max_arg = max((len(pickle.dumps(p)) for p in todo), default=0)
 
     records: list[dict[str, Any]] = []
@@ -322,7 +343,12 @@ def _run(
                 f"{config.output.path}: {missing} of {len(plan.partitions)} planned partitions were not written; "
                 f"the store is left incomplete: run again with {switches.resume}"
             )
-        usage = finalize_store(config.output.path, config.storage)
+        if work is not None:
+            usage = publish(config.output.path, config.storage, work)
+        else:
+            usage = finalize_store(
+                config.output.path, config.storage, record_run(config.output, config.storage, catalog)
+            )
     records.sort(key=lambda r: r["index"])
     skipped = list(catalog.skipped)
     seen = {s["path"] for s in skipped}
@@ -420,6 +446,8 @@ def _run(
         r.pop("mask_rules", None)
         r.pop("clear", None)
     report["network"] = network
+    if update:
+        report["update"] = update_section(work, catalog, plan)
     report["io"] = {
         **io.as_report(),
         "prefetch_mb": config.execution.prefetch_mb,

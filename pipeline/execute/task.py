@@ -306,7 +306,7 @@ def _run_partition(partition: Partition, ctx: TaskContext, device: str, reason: 
     compiled_before = compiled.calls()
     tally = _Tally()
     bands = {b.name: b for b in ctx.bands}
-    writer = StoreWriter(ctx.store_path, ctx.storage, ctx.store_stamp)
+    writer = StoreWriter(ctx.store_path, ctx.storage, ctx.store_stamp, ctx.chunk_separator)
     chunks = _Chunks(ctx, writer, tally)
     fit = [0.0] * 5  # per chunk (MB = its bytes read + written, s): n, sum MB, sum MB^2, sum s, sum MB*s
     xp: Any = np

@@ -97,6 +97,11 @@ class Partitions(Sequence[Partition]):
     def __len__(self) -> int:
         return len(self._t.part_start) - 1
 
+    @property
+    def prefix(self) -> str:
+        """What every partition key starts with."""
+        return self._prefix
+
     @overload
     def __getitem__(self, i: int) -> Partition: ...
     @overload

@@ -190,15 +190,37 @@ def _comparison(report: dict[str, Any], old: dict[str, Any], old_name: str) -> s
     )
 
 
+def _update(report: dict[str, Any]) -> str:
+    """An update's dates: each added, recomputed (with why: which tile changed) or kept."""
+    u = report.get("update")
+    if not u:
+        return ""
+    rows = [[d, "added", ""] for d in u.get("added", [])]
+    rows += [[d, "recomputed", "; ".join(u.get("why", {}).get(d, []))] for d in u.get("recomputed", [])]
+    rows += [[d, "kept", ""] for d in u.get("unchanged", [])]
+    rows += [[d, "kept", "no input has this date now"] for d in u.get("missing_inputs", [])]
+    rows.sort(key=lambda r: r[0])
+    cls = ["fixed" if r[1] == "added" else "warn" if r[1] == "recomputed" else "" for r in rows]
+    n = {k: len(u.get(k, [])) for k in ("added", "recomputed", "unchanged")}
+    said = f"{n['added']} added, {n['recomputed']} recomputed, {n['unchanged']} kept"
+    if report.get("dry_run"):
+        said += " (a dry run: nothing was written)"
+    return f"<h2>Update</h2><p>{_e(said)}</p>" + _table(["date", "what", "why"], rows, cls)
+
+
 def render_html(report: dict[str, Any], old: dict[str, Any] | None = None, old_name: str = "the old run") -> str:
     """The page for ``report`` (and, given ``old``, what changed since it), images inside."""
+    if "tasks" not in report:  # an update that wrote no chunk: its dates only
+        return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>pipeline update report</title><style>{_STYLE}</style></head>
+<body><h1>Update report</h1><p>{_e(report["output"]["path"])}: no chunk written</p>{_update(report)}</body></html>"""
     compared = _comparison(report, old, old_name) if old is not None else ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>pipeline run report</title><style>{_STYLE}</style></head><body>
 <h1>Run report</h1>
 <p>{_e(report.get("config"))} &rarr; {_e(report["output"]["path"])}; wall {report["wall_s"]:.2f} s,
 {report["inputs"]["files"]} inputs, {len(report["tasks"])} tasks</p>
-{compared}
+{compared}{_update(report)}
 <h2>Settings it ran with</h2>{_settings(report)}
 <h2>Where the time went</h2>{_img(charts.stage_chart(report), "stage breakdown")}
 <h2>Tasks by worker</h2>{_img(charts.timeline_chart(report), "task timeline")}

@@ -90,6 +90,29 @@ def max_concurrency(tasks: list[dict[str, Any]]) -> int:
     return best
 
 
+def format_update(update: dict[str, Any], dry_run: bool = False) -> str:
+    """The report's ``update`` as lines: dates added, recomputed (each with why) and kept."""
+    verb = ("would add", "would recompute", "would keep") if dry_run else ("added", "recomputed", "kept")
+    lines = []
+    for label, key in zip(verb, ("added", "recomputed", "unchanged"), strict=True):
+        dates = update.get(key) or []
+        lines.append(
+            f"{label + ':':<16}{len(dates):4d} date(s)" + (f"  {', '.join(d[:10] for d in dates)}" if dates else "")
+        )
+        if key == "recomputed":
+            for d in dates:
+                lines += [f"    {d[:10]}: {why}" for why in update.get("why", {}).get(d, [])]
+    if update.get("missing_inputs"):
+        lines.append(
+            f"kept, no inputs: {', '.join(d[:10] for d in update['missing_inputs'])} (an update drops no date)"
+        )
+    if update.get("inserted"):
+        lines.append("dates inserted before later ones: the whole time axis was staged and published at once")
+    if update.get("created"):
+        lines.append("no cube there: " + ("a run would make it" if dry_run else "made by a run"))
+    return "\n".join(lines)
+
+
 def format_report(report: dict[str, Any]) -> str:
     """The human-readable breakdown printed at the end of a run."""
     wall = report["wall_s"]

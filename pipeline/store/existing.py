@@ -35,6 +35,9 @@ logger = logging.getLogger("pipeline.store.layout")
 JOURNAL_DIR = ".pipeline-journal"
 """Inside the store while it is incomplete: one empty object per finished partition."""
 
+RECORD_DIR = ".pipeline-record"
+"""Inside a finished store: what each date was built from (:mod:`pipeline.store.record`)."""
+
 ROOT_DOCS = ("zarr.json", zarr2.GROUP, zarr2.ATTRS, zarr2.CONSOLIDATED)
 """The group's own metadata objects, Zarr v3 and v2."""
 ARRAY_DOCS = ("zarr.json", zarr2.ARRAY)
@@ -165,7 +168,7 @@ def inspect_output(path: str, storage: Storage | None = None) -> str | None:
     if not _ours(root):
         return "is a Zarr store this pipeline did not write (its attributes have no pipeline_config_hash)"
     # obstore's local puts stage beside the target as "name#N": an interrupted put leaves one behind.
-    foreign = [e for e in top if not (e.split("#")[0] in ROOT_DOCS or e == JOURNAL_DIR or e in dirs)]
+    foreign = [e for e in top if not (e.split("#")[0] in ROOT_DOCS or e in (JOURNAL_DIR, RECORD_DIR) or e in dirs)]
     if foreign:
         return f"holds a store of this pipeline and also objects it did not write ({_names(foreign)})"
     return ""

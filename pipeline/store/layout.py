@@ -177,8 +177,9 @@ class StoreUsage:
     data_bytes: int
 
 
-def finalize_store(path: str, storage: Storage | None = None) -> StoreUsage:
-    """Drop the journal, mark complete, consolidate metadata; return what the store holds.
+def finalize_store(path: str, storage: Storage | None = None, attrs: dict[str, Any] | None = None) -> StoreUsage:
+    """Drop the journal, mark complete, consolidate metadata; return what the store holds. ``attrs``: more
+    group attributes, put with the completion (the record of what each date was built from).
 
     Consolidated metadata (zarr-python's extension to v3, which xarray reads in one request) is every
     child's ``zarr.json`` inlined in the root's, as ``zarr.consolidate_metadata`` writes it (tested); one
@@ -198,7 +199,7 @@ def finalize_store(path: str, storage: Storage | None = None) -> StoreUsage:
         else:
             if root is None:
                 raise FileNotFoundError(f"{path}/zarr.json")
-            root.setdefault("attributes", {})["pipeline_complete"] = True
+            root.setdefault("attributes", {}).update(attrs or {}, pipeline_complete=True)
             children = {}
             for name in sorted(names):
                 child = get_json(store, f"{name}/zarr.json")

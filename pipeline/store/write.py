@@ -66,12 +66,21 @@ class BandArray:
     zarr_array: Any = None
     """zarr-python's array, opened on the first write where ``encode`` is None."""
     zarr_format: int = 3
+    separator: str = "/"
+    """The chunk key separator of Zarr v3's default encoding: ``/`` (``c/0/1/2``) or ``.`` (``c.0.1.2``)."""
 
-    def key(self, band: str, index: tuple[int, ...]) -> str:
-        """The object key of the chunk (or shard) at grid ``index``: ``B02/c/0/1/2`` (Zarr v3), ``B02/0.1.2`` (v2)."""
+    def key(self, band: str, index: tuple[int, ...], separator: str | None = None) -> str:
+        """The object key of the chunk (or shard) at grid ``index``: ``B02/c/0/1/2`` (Zarr v3), ``B02/0.1.2`` (v2).
+        ``separator``: the other key namespace's (an update that shifts dates writes there before it
+        publishes, :mod:`pipeline.store.publish`); None: the array's own."""
         if self.zarr_format == 2:
             return zarr2.chunk_key(band, index)
-        return f"{band}/c/" + "/".join(str(i) for i in index)
+        return chunk_key(band, index, separator or self.separator)
+
+
+def chunk_key(name: str, index: tuple[int, ...], separator: str = "/") -> str:
+    """The key of array ``name``'s chunk at ``index`` in Zarr v3's default encoding with ``separator``."""
+    return f"{name}/c{separator}" + separator.join(str(i) for i in index)
 
 
 def _stamp(path: str, band: str, storage: Storage | None) -> Any:
@@ -155,6 +164,7 @@ def _band_array(meta: dict[str, Any]) -> BandArray:
             fill=_fill_value(meta["fill_value"], dtype),
             encode=chunk_encoder(inner) if standard else None,
             shards=grid_shape,
+            separator=_separator(meta),
         )
     return BandArray(
         shape=tuple(meta["shape"]),
@@ -162,7 +172,12 @@ def _band_array(meta: dict[str, Any]) -> BandArray:
         dtype=dtype,
         fill=_fill_value(meta["fill_value"], dtype),
         encode=chunk_encoder(meta),
+        separator=_separator(meta),
     )
+
+
+def _separator(meta: dict[str, Any]) -> str:
+    return str((meta.get("chunk_key_encoding") or {}).get("configuration", {}).get("separator", "/"))
 
 
 def _fill_value(value: Any, dtype: np.dtype[Any]) -> Any:
@@ -175,7 +190,7 @@ def _fill_value(value: Any, dtype: np.dtype[Any]) -> Any:
 def chunk_encoder(meta: dict[str, Any]) -> Callable[[np.ndarray], bytes] | None:
     """The codec chain of an array's ``zarr.json`` as one function, where this module can run it
     directly: Zarr v3, a regular chunk grid, bytes (little-endian) then at most one zstd or gzip
-    compressor, default chunk keys with ``/``, no sharding or storage transformers; or a Zarr v2
+    compressor, default chunk keys (``/`` or ``.``), no sharding or storage transformers; or a Zarr v2
     ``.zarray`` as :mod:`.zarr2` writes it (C order, little-endian, no filters, keys with ``.``, zstd, gzip,
     blosc or no compressor). Else None, and chunks go through zarr-python's own write path.
 
@@ -199,7 +214,8 @@ def chunk_encoder(meta: dict[str, Any]) -> Callable[[np.ndarray], bytes] | None:
         return None
     if meta.get("chunk_grid", {}).get("name") != "regular":
         return None
-    if meta.get("chunk_key_encoding") != {"name": "default", "configuration": {"separator": "/"}}:
+    encodings = [{"name": "default", "configuration": {"separator": s}} for s in ("/", ".")]
+    if meta.get("chunk_key_encoding") not in encodings:
         return None
     codecs = meta.get("codecs") or []
     # Single-byte types have no endianness, and their bytes codec no configuration.
@@ -320,6 +336,8 @@ class StoreWriter:
     storage: Storage | None = None
     stamp: str | None = None
     """:func:`store_stamp`, from the task context."""
+    separator: str | None = None
+    """The chunk key separator to write with where it is not the arrays' own (an update's staging)."""
     _pending: dict[tuple[str, int, int, int], dict[tuple[int, ...], Any]] = field(default_factory=dict)
     _sent: list[tuple[str, Any]] = field(default_factory=list)
 
@@ -344,7 +362,7 @@ class StoreWriter:
                 self._zarr(arr, band)[t, r0 : r0 + h, c0 : c0 + w] = data
             else:
                 block, empty = _block(arr, data)
-                self._send(arr.key(band, (t, cy, cx)), None if empty else arr.encode(block))
+                self._send(arr.key(band, (t, cy, cx), self.separator), None if empty else arr.encode(block))
         except Exception as e:  # read-only or full destination, an unreachable bucket
             raise write_error(f"chunk ({band}, t={t}, rows {r0}, cols {c0})", self.path, e) from None
         return int(data.nbytes)
@@ -367,7 +385,7 @@ class StoreWriter:
                             region[iy * ch : (iy + 1) * ch, ix * cw : (ix + 1) * cw] = block
                     self._zarr(arr, band)[t, y0:y1, x0:x1] = region[: y1 - y0, : x1 - x0]
                     continue
-                self._send(arr.key(band, (t, sy, sx)), encode_shard(held, (1, ny, nx)))
+                self._send(arr.key(band, (t, sy, sx), self.separator), encode_shard(held, (1, ny, nx)))
             except Exception as e:
                 raise write_error(f"shard ({band}, t={t}, shard {sy}/{sx})", self.path, e) from None
         sent, self._sent = self._sent, []
