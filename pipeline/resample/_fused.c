@@ -31,7 +31,7 @@
 #define HALF32 0.5f
 #define INDEX_BOUND 1073741824.0
 #define MAX_REACH 65536.0 /* taps along an axis past which average_reach leaves a map to the NumPy kernel */
-#define KERNELS_ABI 6      /* what kernels_abi() returns; compiled.py checks it (bump with any change here) */
+#define KERNELS_ABI 7      /* what kernels_abi() returns; compiled.py checks it (bump with any change here) */
 
 /* This file's version, so that a library built from an older one is not used (compiled.py). */
 int kernels_abi(void) { return KERNELS_ABI; }
@@ -288,7 +288,7 @@ static void row_taps(const float *restrict lo, const float *restrict hi, int64_t
 
 /* Every pixel's footprint taps, in planes of h * w values, `stride` values apart (one buffer, planes
  * padded so that they do not share cache sets): the first row (int32), the first column (int32), ky
- * weights along y, kx along x, and the footprint's area inside the source. */
+ * weights along y, kx along x, and the weight sum of a source without nodata. */
 int average_taps(const int64_t *row_ptr, const int64_t *col, const int64_t *count, const double *t0,
                  const double *x0, const double *dx, const double *y0, const double *dy, double xoff, double yoff,
                  int64_t h, int64_t w, int64_t src_h, int64_t src_w, float *taps, int64_t stride, int64_t ky, int64_t kx) {
@@ -297,20 +297,27 @@ int average_taps(const int64_t *row_ptr, const int64_t *col, const int64_t *coun
     if (alloc_rows(w, &b)) return -1;
     int32_t *first_y = (int32_t *)taps, *first_x = (int32_t *)(taps + stride);
     float *wy = taps + 2 * stride, *wx = taps + (2 + ky) * stride, *overlap = taps + (2 + ky + kx) * stride;
-    const float fh = (float)src_h, fw = (float)src_w;
     row_positions_f4(&g, 0, b.xa, b.ya);
     for (int64_t r = 0; r < h; r++) {
         next_row(&g, r, w, &b);
         const int64_t p = r * w;
         row_taps(b.yl, b.yh, w, ky, stride, first_y + p, wy + p, b.t, b.u);
         row_taps(b.xl, b.xh, w, kx, stride, first_x + p, wx + p, b.t, b.u);
+        /* The weight sum of a source without nodata: pixel_*'s sums with every tap on the source valid, in
+         * its order (weighted.valid_weight_sum), so a pixel whose taps all hold data has the same bits
+         * whether or not its window holds nodata elsewhere. */
         float *restrict ov = overlap + p;
         for (int64_t c = 0; c < w; c++) {
-            const float y0c = b.yl[c] < 0.0f ? 0.0f : (b.yl[c] > fh ? fh : b.yl[c]);
-            const float y1c = b.yh[c] < 0.0f ? 0.0f : (b.yh[c] > fh ? fh : b.yh[c]);
-            const float x0c = b.xl[c] < 0.0f ? 0.0f : (b.xl[c] > fw ? fw : b.xl[c]);
-            const float x1c = b.xh[c] < 0.0f ? 0.0f : (b.xh[c] > fw ? fw : b.xh[c]);
-            ov[c] = (y1c - y0c) * (x1c - x0c);
+            const int64_t iy0 = first_y[p + c], ix0 = first_x[p + c];
+            float vrow = 0.0f;
+            for (int64_t k = 0; k < kx; k++)
+                if (ix0 + k >= 0 && ix0 + k < src_w) vrow += wx[k * stride + p + c];
+            float wsum = 0.0f;
+            for (int64_t k = 0; k < ky; k++) {
+                const float tv = (iy0 + k >= 0 && iy0 + k < src_h ? vrow : 0.0f) * wy[k * stride + p + c];
+                wsum += tv;
+            }
+            ov[c] = wsum;
         }
         swap_rows(&b);
     }
@@ -361,8 +368,8 @@ static inline int tap_inside(const sums_t *a, int64_t iy0, int64_t ix0) {
 
 /* One pixel: Σ w·v / Σ w·valid over its taps in float32, in the NumPy kernels' order (along x for each tap
  * row, times that row's weight, rows added in turn); taps off the source or without data add nothing.
- * Without nodata the weight sum is the overlap. (A branch per tap, not a select: masks come in blobs,
- * whose branches the core predicts.) */
+ * Without nodata the weight sum is the one average_taps made. (A branch per tap, not a select: masks come
+ * in blobs, whose branches the core predicts.) */
 #define PIXEL(SUFFIX, T)                                                                                         \
     static inline T pixel_##SUFFIX(const sums_t *a, const T *src, int64_t p, T fill) {                          \
         const int64_t iy0 = a->first_y[p], ix0 = a->first_x[p], w_s = a->w_s, st = a->stride;                  \

@@ -61,7 +61,7 @@ _SIGNATURES: dict[str, list[Any]] = {  # the argument types of each function in 
 }
 
 
-ABI = 6
+ABI = 7
 """``kernels_abi()`` of the library this module calls (``KERNELS_ABI`` in ``_fused.c``): another value is a
 library built from another version of the file (a failed rebuild leaves the old one in place)."""
 _unusable: list[str] = []
@@ -201,8 +201,8 @@ def _average_taps(
 ) -> tuple[Any, int, int, int] | None:
     """Every footprint's taps in rows ``r0:r1`` of ``cmap`` for a source of ``src_shape`` (kept with a map
     that keeps taps): one float32 buffer of planes (:func:`_plane_stride` apart) holding the first row and
-    column (int32), the weights along y (ky planes) and x (kx planes), and the footprint's area inside the
-    source (the weight sum of a source without nodata, as ``common._overlap`` gives it); with the stride,
+    column (int32), the weights along y (ky planes) and x (kx planes), and the weight sum of a source
+    without nodata (as ``weighted.valid_weight_sum`` gives it); with the stride,
     ky and kx. None where the map's corners are NaN, infinite or absurdly far apart (the NumPy kernel
     judges those)."""
     h, w = r1 - r0, cmap.shape_yx[1]
