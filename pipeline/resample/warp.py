@@ -153,13 +153,24 @@ def _unit_metres(crs: str) -> float | None:
 
 
 def _scale(src: SourceWindow, dst_transform: tuple[float, ...], dst_crs: str) -> tuple[float, float] | None:
-    """Destination pixels per source pixel from the two grids' pixel sizes (projected CRSs), so it is the
-    same for every chunk; None (estimate per map) for geographic CRSs."""
+    """Destination pixels per source pixel, the same for every chunk: from the two grids' pixel sizes
+    (projected CRSs, or one CRS), else (a geographic CRS) one destination pixel's steps measured in the
+    source's pixels at the tile's corner. None (estimated per map) where neither is known."""
     fs, fd = _unit_metres(src.crs), _unit_metres(dst_crs)
-    if fs is None or fd is None:
-        return None
     t = src.transform
-    return abs(t[0]) * fs / (abs(dst_transform[0]) * fd), abs(t[4]) * fs / (abs(dst_transform[4]) * fd)
+    if (fs is not None and fd is not None) or same_crs(src.crs, dst_crs):
+        fs, fd = fs or 1.0, fd or 1.0
+        return abs(t[0]) * fs / (abs(dst_transform[0]) * fd), abs(t[4]) * fs / (abs(dst_transform[4]) * fd)
+    if src.tile_origin is None or t[1] != 0 or t[3] != 0:
+        return None
+    x0, y0 = src.tile_origin
+    px, py = transform_points(src.crs, dst_crs, np.array([x0]), np.array([y0]))
+    da, de = dst_transform[0], dst_transform[4]
+    sx, sy = transform_points(dst_crs, src.crs, px + np.array([0.0, da, 0.0]), py + np.array([0.0, 0.0, de]))
+    step_x, step_y = abs(float(sx[1] - sx[0]) / t[0]), abs(float(sy[2] - sy[0]) / t[4])
+    if not (np.isfinite(step_x) and np.isfinite(step_y) and step_x > 0 and step_y > 0):
+        return None
+    return 1.0 / step_x, 1.0 / step_y
 
 
 MAP_CACHE_BYTES = 256 << 20
