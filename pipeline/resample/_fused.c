@@ -297,6 +297,8 @@ int average_taps(const int64_t *row_ptr, const int64_t *col, const int64_t *coun
     if (alloc_rows(w, &b)) return -1;
     int32_t *first_y = (int32_t *)taps, *first_x = (int32_t *)(taps + stride);
     float *wy = taps + 2 * stride, *wx = taps + (2 + ky) * stride, *overlap = taps + (2 + ky + kx) * stride;
+    const int32_t sh = (int32_t)(src_h < 2147483647 ? src_h : 2147483647);
+    const int32_t sw = (int32_t)(src_w < 2147483647 ? src_w : 2147483647);
     row_positions_f4(&g, 0, b.xa, b.ya);
     for (int64_t r = 0; r < h; r++) {
         next_row(&g, r, w, &b);
@@ -305,19 +307,26 @@ int average_taps(const int64_t *row_ptr, const int64_t *col, const int64_t *coun
         row_taps(b.xl, b.xh, w, kx, stride, first_x + p, wx + p, b.t, b.u);
         /* The weight sum of a source without nodata: pixel_*'s sums with every tap on the source valid, in
          * its order (weighted.valid_weight_sum), so a pixel whose taps all hold data has the same bits
-         * whether or not its window holds nodata elsewhere. */
-        float *restrict ov = overlap + p;
-        for (int64_t c = 0; c < w; c++) {
-            const int64_t iy0 = first_y[p + c], ix0 = first_x[p + c];
-            float vrow = 0.0f;
-            for (int64_t k = 0; k < kx; k++)
-                if (ix0 + k >= 0 && ix0 + k < src_w) vrow += wx[k * stride + p + c];
-            float wsum = 0.0f;
-            for (int64_t k = 0; k < ky; k++) {
-                const float tv = (iy0 + k >= 0 && iy0 + k < src_h ? vrow : 0.0f) * wy[k * stride + p + c];
-                wsum += tv;
+         * whether or not its window holds nodata elsewhere. Branch-free loops over the row (a tap off the
+         * source adds 0, as one skipped adds nothing), which gcc vectorizes; b.t and b.u are free again. */
+        const int32_t *fy = first_y + p, *fx = first_x + p; /* (bounded by 2^30: + k stays in int32) */
+        float *restrict vrow = b.t, *restrict ov = overlap + p;
+        for (int64_t c = 0; c < w; c++) vrow[c] = 0.0f;
+        for (int64_t k = 0; k < kx; k++) {
+            const float *restrict wk = wx + k * stride + p;
+            for (int64_t c = 0; c < w; c++) {
+                const int32_t ix = fx[c] + (int32_t)k;
+                vrow[c] += (float)((ix >= 0) & (ix < sw)) * wk[c]; /* (w * 1 is w, w * 0 is 0) */
             }
-            ov[c] = wsum;
+        }
+        for (int64_t c = 0; c < w; c++) ov[c] = 0.0f;
+        for (int64_t k = 0; k < ky; k++) {
+            const float *restrict wk = wy + k * stride + p;
+            for (int64_t c = 0; c < w; c++) {
+                const int32_t iy = fy[c] + (int32_t)k;
+                const float tv = ((float)((iy >= 0) & (iy < sh)) * vrow[c]) * wk[c];
+                ov[c] += tv;
+            }
         }
         swap_rows(&b);
     }
