@@ -35,17 +35,22 @@ CONFIG = os.path.join(ROOT, "configs", "casestudy.yaml")
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 METHODS = os.environ.get("BENCH_METHODS", "average,bilinear,nearest").split(",")
 PASSES = int(os.environ.get("BENCH_PASSES", "10"))
+MAPS = os.environ.get("BENCH_MAPS", "1") != "0"
+"""``BENCH_MAPS=0``: section 2 alone."""
 
 
 def measure_maps(index: str) -> dict[str, float]:
     """Section 1 in this process (whichever tree ``PYTHONPATH`` names): seconds of maps and kernels."""
     import numpy as np
 
+    import pipeline
     from pipeline.config import load_config
     from pipeline.execute.runner import plan_run
     from pipeline.planning.grid import offset_transform
     from pipeline.resample import warp
 
+    if not pipeline.__file__.startswith(os.environ["PYTHONPATH"]):
+        raise SystemExit(f"imported {pipeline.__file__}, not the tree on PYTHONPATH")
     cfg = load_config(CONFIG, [f"inputs.index={index}"])
     _, plan = plan_run(cfg)
     grid_t, grid_crs, grid_w = plan.grid.transform, plan.grid.crs, plan.grid.shape_yx[1]
@@ -90,7 +95,8 @@ def run_tree(tree: str, index: str) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": tree, "PYTHONDONTWRITEBYTECODE": "1"}
     code = f"import sys, json; sys.path.insert(0, {os.path.dirname(__file__)!r}); import chunk_bits; "
     code += f"print(json.dumps(chunk_bits.measure_maps({index!r})))"
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    # (cwd: the tree, which ``-c`` puts first on sys.path, before PYTHONPATH)
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tree, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
@@ -100,7 +106,8 @@ def whole_run(tree: str, work: str, name: str) -> dict[str, float]:
     sets = (f"inputs.index={os.path.join(work, name + '.tiles.parquet')}",)
     env = {**os.environ, "PYTHONPATH": tree, "PYTHONDONTWRITEBYTECODE": "1"}
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "pipeline", *run_args(CONFIG, out, report, 2, sets)], env=env, check=True)
+    cmd = [sys.executable, "-m", "pipeline", *run_args(CONFIG, out, report, 2, sets)]
+    subprocess.run(cmd, env=env, cwd=tree, check=True)  # (cwd: the tree, which -m puts first on sys.path)
     wall = time.perf_counter() - t
     with open(report) as f:
         rep = json.load(f)
@@ -117,14 +124,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         for k in range(REPEATS + 1):  # round 0: warm-up
             for name, tree in trees.items():
-                maps = run_tree(tree, os.path.join(work, f"{name}.maps.tiles.parquet"))
+                maps = run_tree(tree, os.path.join(work, f"{name}.maps.tiles.parquet")) if MAPS else {}
                 run = whole_run(tree, work, name)
                 if k:
                     rounds[name].append(maps)
                     runs[name].append(run)
                 print(f"round {k} {name}: {maps} {run}", flush=True)
     result: dict[str, Any] = {"base": trees["base"], "repeats": REPEATS, "median": {}, "ratio_this_over_base": {}}
-    for source in (rounds, runs):
+    for source in (rounds, runs) if MAPS else (runs,):
         for key in source["this"][0]:
             series = {n: [r[key] for r in source[n]] for n in trees}
             result["median"][key] = {n: statistics.median(v) for n, v in series.items()}

@@ -181,8 +181,9 @@ reprojected windows at 512² chunks keep ~9 MB each with the average's taps."""
 class MapCache:
     """Coordinate maps by geometry, each keeping the tap tables its kernels make
     (:meth:`CoordMap.keeping_taps`), least recently used out first past ``max_bytes`` (0: none kept). A map depends on
-    the source window's grid (transform, shape, CRS), the destination block's, the method and where the
-    block sits in the grid's rows, never on the band, the date or the pixels: bands of one resolution and
+    the source window's grid (transform, offsets and shape in its tile, the tile's corner, CRS), the
+    destination block's, the method and where the block sits in the grid's rows, never on the band, the
+    date or the pixels: bands of one resolution and
     the dates of one tile reuse it. One per process, shared by its threads (a lock around the table;
     maps and taps are never written into once made). Hits and misses are counted per thread, so a task
     (which runs on one thread) reads its own with :meth:`tally`."""
