@@ -204,7 +204,7 @@ def valid_weight_sum(y_taps: Taps, x_taps: Taps, shape: tuple[int, int], ft: Any
     for k, wk in enumerate(wy):
         term = row * on(fy, k, h, wk)
         total = term if total is None else total + term
-    return xp.broadcast_to(total, xp.broadcast_shapes(fy.shape, fx.shape)) if total is not None else None
+    return xp.broadcast_to(total, np.broadcast_shapes(fy.shape, fx.shape)) if total is not None else None
 
 
 def _sparse_tap(wts: list[Any], xp: Any) -> Any:
