@@ -6,6 +6,7 @@ types; no planning happens here.
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import zlib
@@ -40,6 +41,11 @@ class SourceWindow:
     """The tile's date: its index into ``Plan.dates`` (a composite's job fuses each date, then reduces them)."""
     mask: MaskSource | None = None
     """The tile that judges this tile's pixels (``mask.band`` of the same tile and date), or None."""
+    tile_origin: tuple[float, float] | None = None
+    """(x, y) of the tile's top-left corner at that level (``transform`` is this moved by ``window``'s
+    offsets): source positions are formed from it, in the tile's pixels, and then moved by the window's
+    whole offsets, so a pixel's position has the same bits whichever window reads it. None: the window's
+    own corner (a window read on its own)."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +93,7 @@ class Partition:
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         files: dict[tuple[str, int, int], int] = {}
-        file_rows: list[tuple[str, int, str, float, float, float, float, float, int]] = []
+        file_rows: list[tuple[str, int, str, float, float, float, float, float, int, float, float]] = []
         bands: dict[str, int] = {}
         masks: dict[MaskSource, int] = {}
         src_file, src_win, src_cf, src_dst, job_rows, job_cost, src_lm = [], [], [], [], [], [], []
@@ -96,8 +102,10 @@ class Partition:
                 src_lm.append((w.layer, -1 if w.mask is None else masks.setdefault(w.mask, len(masks))))
                 k = files.setdefault((w.path, w.overview_level, w.band_index), len(files))
                 if k == len(file_rows):
-                    t = w.transform
-                    file_rows.append((w.path, w.overview_level, w.crs, w.nodata, t[0], t[1], t[3], t[4], w.band_index))
+                    t, o = w.transform, w.tile_origin or (math.nan, math.nan)
+                    file_rows.append(
+                        (w.path, w.overview_level, w.crs, w.nodata, t[0], t[1], t[3], t[4], w.band_index, *o)
+                    )
                 src_file.append(k)
                 src_win.append(w.window)
                 src_cf.append((w.transform[2], w.transform[5]))
@@ -146,7 +154,7 @@ def _unpack_partition(
         b, t, cy, cx, r0, c0, h, w, n = row
         sources = []
         for k in range(s, s + n):
-            path, level, crs, nodata, a, bb, d, e, bidx = file_rows[int(src_file[k])]
+            path, level, crs, nodata, a, bb, d, e, bidx, ox, oy = file_rows[int(src_file[k])]
             c, f = (float(v) for v in src_cf[k])
             wr, wc, wh, ww = (int(v) for v in src_win[k])
             dr, dc, dh, dw = (int(v) for v in src_dst[k])
@@ -162,6 +170,7 @@ def _unpack_partition(
                     band_index=bidx,
                     layer=int(src_lm[k, 0]),
                     mask=None if src_lm[k, 1] < 0 else masks[int(src_lm[k, 1])],
+                    tile_origin=None if math.isnan(ox) else (ox, oy),
                 )
             )
         s += n

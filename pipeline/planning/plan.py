@@ -169,6 +169,7 @@ class Partitions(Sequence[Partition]):
                     band_index=int(t.bidx[i]),
                     layer=int(t.job_t[j]) if t.layer is None else int(t.layer[i]),
                     mask=None if m < 0 else t.masks[m],
+                    tile_origin=(float(t.aff[i][2]), float(t.aff[i][5])),
                 )
             )
         return ChunkJob(

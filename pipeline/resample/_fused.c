@@ -4,12 +4,12 @@
  *
  * They compute what the NumPy kernels compute (pipeline/resample/point.py, footprint.py) in the same
  * operations and order, so they give the same bits (tests/test_compiled.py): positions along each segment
- * as x0 + dx * (t0 + j) in the NumPy kernels' precision (float64 for nearest, float32 for the footprints),
- * GDAL's floors and nudges, the same float32 sums per tap row, the same rounding. That needs IEEE
- * arithmetic as written: built with -ffp-contract=off (no fused multiply-adds; pyproject.toml) and never
- * with -ffast-math (-fno-trapping-math only lets gcc compute both sides of a select, which changes no
- * value). The average's taps are made once per map and source shape (average_taps) and kept with the map,
- * as the NumPy kernel keeps its own: in planes, each made by branch-free loops over a row that gcc
+ * as x0 + dx * (t0 + j) less the window's whole offsets (exact), in the NumPy kernels' precision (float64 for
+ * nearest, float32 for the footprints), GDAL's floors and nudges, the same float32 sums per tap row, the same
+ * rounding. That needs IEEE arithmetic as written: built with -ffp-contract=off (no fused multiply-adds;
+ * pyproject.toml) and never with -ffast-math (-fno-trapping-math only lets gcc compute both sides of a select,
+ * which changes no value). The average's taps are made once per map and source shape (average_taps) and kept
+ * with the map, as the NumPy kernel keeps its own: in planes, each made by branch-free loops over a row that gcc
  * vectorizes, so that the sums can read four neighbouring pixels' weights at once (SSE2, x86-64's
  * baseline: four pixels a step wherever their footprints lie inside a source without nodata). The bilinear
  * prefilters the source and its validity by the stretched kernel's tent, then interpolates at each centre.
@@ -31,7 +31,7 @@
 #define HALF32 0.5f
 #define INDEX_BOUND 1073741824.0
 #define MAX_REACH 65536.0 /* taps along an axis past which average_reach leaves a map to the NumPy kernel */
-#define KERNELS_ABI 5      /* what kernels_abi() returns; compiled.py checks it (bump with any change here) */
+#define KERNELS_ABI 7      /* what kernels_abi() returns; compiled.py checks it (bump with any change here) */
 
 /* This file's version, so that a library built from an older one is not used (compiled.py). */
 int kernels_abi(void) { return KERNELS_ABI; }
@@ -39,6 +39,7 @@ int kernels_abi(void) { return KERNELS_ABI; }
 typedef struct {
     const int64_t *row_ptr, *col, *count;
     const double *t0, *x0, *dx, *y0, *dy;
+    double xoff, yoff; /* the window's whole offsets in the tile, subtracted last (LineMap.offset_xy) */
 } segments_t;
 
 /* Positions of lattice row r in float32 (LineMap.positions(np, r, r + 1, "f4")). */
@@ -47,12 +48,15 @@ static void row_positions_f4(const segments_t *g, int64_t r, float *xs, float *y
         const int64_t c0 = g->col[s], n = g->count[s];
         const float t0s = (float)g->t0[s], dxs = (float)g->dx[s], dys = (float)g->dy[s];
         const float x0s = (float)g->x0[s], y0s = (float)g->y0[s];
+        const float xo = (float)g->xoff, yo = (float)g->yoff;
         for (int64_t j = 0; j < n; j++) {
             const float t = t0s + (float)j;
             const float px = dxs * t;
             const float py = dys * t;
-            xs[c0 + j] = px + x0s;
-            ys[c0 + j] = py + y0s;
+            const float x = px + x0s;
+            const float y = py + y0s;
+            xs[c0 + j] = x - xo;
+            ys[c0 + j] = y - yo;
         }
     }
 }
@@ -71,8 +75,10 @@ static void segment_centres(const segments_t *g, int64_t s, const double *restri
         const double t = t0s + steps[j];
         const double px = dxs * t;
         const double py = dys * t;
-        const double x = px + xs0;
-        const double y = py + ys0;
+        const double xt = px + xs0;
+        const double yt = py + ys0;
+        const double x = xt - g->xoff;
+        const double y = yt - g->yoff;
         const int on = (x >= 0.0) & (x < fw) & (y >= 0.0) & (y < fh);
         xi[j] = (int32_t)(on ? x : 0.0);
         yi[j] = (int32_t)(on ? y : 0.0);
@@ -104,9 +110,9 @@ NEAREST(8, uint64_t)
  * side or more: the NumPy kernel takes it). */
 int nearest_lines(const char *src, int64_t h_s, int64_t w_s, int64_t itemsize, const char *fill,
                   const int64_t *row_ptr, const int64_t *col, const int64_t *count, const double *t0,
-                  const double *x0, const double *dx, const double *y0, const double *dy, char *out, int64_t h,
-                  int64_t w) {
-    const segments_t g = {row_ptr, col, count, t0, x0, dx, y0, dy};
+                  const double *x0, const double *dx, const double *y0, const double *dy, double xoff, double yoff, char *out,
+                  int64_t h, int64_t w) {
+    const segments_t g = {row_ptr, col, count, t0, x0, dx, y0, dy, xoff, yoff};
     if (itemsize != 1 && itemsize != 2 && itemsize != 4 && itemsize != 8) return -3;
     if (h_s >= 2147483647 || w_s >= 2147483647) return -3;
     int64_t most = 1; /* the longest segment */
@@ -230,9 +236,9 @@ static void swap_rows(rows_t *b) {
  * monotonic). -4 where an extent is NaN or the reach absurd (NaN, infinite or absurdly far corners: the
  * NumPy kernel judges those). */
 int average_reach(const int64_t *row_ptr, const int64_t *col, const int64_t *count, const double *t0,
-                  const double *x0, const double *dx, const double *y0, const double *dy, int64_t h, int64_t w,
-                  int64_t *reach) {
-    const segments_t g = {row_ptr, col, count, t0, x0, dx, y0, dy};
+                  const double *x0, const double *dx, const double *y0, const double *dy, double xoff, double yoff,
+                  int64_t h, int64_t w, int64_t *reach) {
+    const segments_t g = {row_ptr, col, count, t0, x0, dx, y0, dy, xoff, yoff};
     rows_t b;
     if (alloc_rows(w, &b)) return -1;
     float most[2] = {-INFINITY, -INFINITY};
@@ -282,29 +288,45 @@ static void row_taps(const float *restrict lo, const float *restrict hi, int64_t
 
 /* Every pixel's footprint taps, in planes of h * w values, `stride` values apart (one buffer, planes
  * padded so that they do not share cache sets): the first row (int32), the first column (int32), ky
- * weights along y, kx along x, and the footprint's area inside the source. */
+ * weights along y, kx along x, and the weight sum of a source without nodata. */
 int average_taps(const int64_t *row_ptr, const int64_t *col, const int64_t *count, const double *t0,
-                 const double *x0, const double *dx, const double *y0, const double *dy, int64_t h, int64_t w,
-                 int64_t src_h, int64_t src_w, float *taps, int64_t stride, int64_t ky, int64_t kx) {
-    const segments_t g = {row_ptr, col, count, t0, x0, dx, y0, dy};
+                 const double *x0, const double *dx, const double *y0, const double *dy, double xoff, double yoff,
+                 int64_t h, int64_t w, int64_t src_h, int64_t src_w, float *taps, int64_t stride, int64_t ky, int64_t kx) {
+    const segments_t g = {row_ptr, col, count, t0, x0, dx, y0, dy, xoff, yoff};
     rows_t b;
     if (alloc_rows(w, &b)) return -1;
     int32_t *first_y = (int32_t *)taps, *first_x = (int32_t *)(taps + stride);
     float *wy = taps + 2 * stride, *wx = taps + (2 + ky) * stride, *overlap = taps + (2 + ky + kx) * stride;
-    const float fh = (float)src_h, fw = (float)src_w;
+    const int32_t sh = (int32_t)(src_h < 2147483647 ? src_h : 2147483647);
+    const int32_t sw = (int32_t)(src_w < 2147483647 ? src_w : 2147483647);
     row_positions_f4(&g, 0, b.xa, b.ya);
     for (int64_t r = 0; r < h; r++) {
         next_row(&g, r, w, &b);
         const int64_t p = r * w;
         row_taps(b.yl, b.yh, w, ky, stride, first_y + p, wy + p, b.t, b.u);
         row_taps(b.xl, b.xh, w, kx, stride, first_x + p, wx + p, b.t, b.u);
-        float *restrict ov = overlap + p;
-        for (int64_t c = 0; c < w; c++) {
-            const float y0c = b.yl[c] < 0.0f ? 0.0f : (b.yl[c] > fh ? fh : b.yl[c]);
-            const float y1c = b.yh[c] < 0.0f ? 0.0f : (b.yh[c] > fh ? fh : b.yh[c]);
-            const float x0c = b.xl[c] < 0.0f ? 0.0f : (b.xl[c] > fw ? fw : b.xl[c]);
-            const float x1c = b.xh[c] < 0.0f ? 0.0f : (b.xh[c] > fw ? fw : b.xh[c]);
-            ov[c] = (y1c - y0c) * (x1c - x0c);
+        /* The weight sum of a source without nodata: pixel_*'s sums with every tap on the source valid, in
+         * its order (weighted.valid_weight_sum), so a pixel whose taps all hold data has the same bits
+         * whether or not its window holds nodata elsewhere. Branch-free loops over the row (a tap off the
+         * source adds 0, as one skipped adds nothing), which gcc vectorizes; b.t and b.u are free again. */
+        const int32_t *fy = first_y + p, *fx = first_x + p; /* (bounded by 2^30: + k stays in int32) */
+        float *restrict vrow = b.t, *restrict ov = overlap + p;
+        for (int64_t c = 0; c < w; c++) vrow[c] = 0.0f;
+        for (int64_t k = 0; k < kx; k++) {
+            const float *restrict wk = wx + k * stride + p;
+            for (int64_t c = 0; c < w; c++) {
+                const int32_t ix = fx[c] + (int32_t)k;
+                vrow[c] += (float)((ix >= 0) & (ix < sw)) * wk[c]; /* (w * 1 is w, w * 0 is 0) */
+            }
+        }
+        for (int64_t c = 0; c < w; c++) ov[c] = 0.0f;
+        for (int64_t k = 0; k < ky; k++) {
+            const float *restrict wk = wy + k * stride + p;
+            for (int64_t c = 0; c < w; c++) {
+                const int32_t iy = fy[c] + (int32_t)k;
+                const float tv = ((float)((iy >= 0) & (iy < sh)) * vrow[c]) * wk[c];
+                ov[c] += tv;
+            }
         }
         swap_rows(&b);
     }
@@ -355,8 +377,8 @@ static inline int tap_inside(const sums_t *a, int64_t iy0, int64_t ix0) {
 
 /* One pixel: Σ w·v / Σ w·valid over its taps in float32, in the NumPy kernels' order (along x for each tap
  * row, times that row's weight, rows added in turn); taps off the source or without data add nothing.
- * Without nodata the weight sum is the overlap. (A branch per tap, not a select: masks come in blobs,
- * whose branches the core predicts.) */
+ * Without nodata the weight sum is the one average_taps made. (A branch per tap, not a select: masks come
+ * in blobs, whose branches the core predicts.) */
 #define PIXEL(SUFFIX, T)                                                                                         \
     static inline T pixel_##SUFFIX(const sums_t *a, const T *src, int64_t p, T fill) {                          \
         const int64_t iy0 = a->first_y[p], ix0 = a->first_x[p], w_s = a->w_s, st = a->stride;                  \
@@ -593,8 +615,8 @@ static inline float profile_sum(const float *prof, int64_t n, int64_t i, float w
                           const float *vx, const float *vy, float *data, float *valid, const float *coef,       \
                           const int64_t *row_ptr, const int64_t *col, const int64_t *count, const double *t0,   \
                           const double *x0, const double *dx, const double *y0, const double *dy,              \
-                          double fill_d, float lo, float hi, T *out, int64_t h, int64_t w) {                   \
-        const segments_t g = {row_ptr, col, count, t0, x0, dx, y0, dy};                                       \
+                          double xoff, double yoff, double fill_d, float lo, float hi, T *out, int64_t h, int64_t w) {                   \
+        const segments_t g = {row_ptr, col, count, t0, x0, dx, y0, dy, xoff, yoff};                           \
         const int64_t n_s = h_s * w_s;                                                                         \
         for (int64_t i = 0; i < n_s; i++) {                                                                    \
             const T v = src[i];                                                                                \

@@ -296,14 +296,6 @@ def _footprint_taps(lo: Any, hi: Any, xp: Any, ordered: bool = False) -> Taps:
     return first.astype(xp.int32), wts
 
 
-def _overlap(lo: Any, hi: Any, n: int, xp: Any) -> Any:
-    """Length of [lo, hi) inside [0, n) (``lo <= hi``): the sum of a footprint's average weights over the
-    pixels of a source of ``n`` pixels that are all valid, without gathering them."""
-    inside = xp.clip(hi, 0.0, float(n))
-    inside -= xp.clip(lo, 0.0, float(n))
-    return inside
-
-
 def _take_into(flat: Any, index: Any, out: Any, xp: Any) -> None:
     """``out[:] = flat[index]``. NumPy's take buffers ``out`` in its default bounds-checked mode; with
     ``clip`` it writes straight into it: 3.2 -> 1.3 ns per pixel (u16 gathers of a 64K-pixel block).

@@ -49,7 +49,7 @@ def _on() -> bool:
 
 
 _P, _I, _D, _F, _B = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_float, ctypes.c_int
-_SEGMENTS = [_P] * 8  # row_ptr, col, count, t0, x0, dx, y0, dy
+_SEGMENTS = [*[_P] * 8, _D, _D]  # row_ptr, col, count, t0, x0, dx, y0, dy; the window's offsets x, y
 _WEIGHTED = [_P, _I, _I, _B, _D, _B, _B, _P, _I, _I, _I, _D, _B, _F, _F, _P, _I, _I]
 _BILINEAR = [_P, _I, _I, _B, _D, _B, _B, _I, _I, _P, _P, _P, _P, _P, _P, _P, *_SEGMENTS, _D, _F, _F, _P, _I, _I]
 _SIGNATURES: dict[str, list[Any]] = {  # the argument types of each function in _fused.c
@@ -61,7 +61,7 @@ _SIGNATURES: dict[str, list[Any]] = {  # the argument types of each function in 
 }
 
 
-ABI = 5
+ABI = 7
 """``kernels_abi()`` of the library this module calls (``KERNELS_ABI`` in ``_fused.c``): another value is a
 library built from another version of the file (a failed rebuild leaves the old one in place)."""
 _unusable: list[str] = []
@@ -142,8 +142,9 @@ def _segments(lines: Any, shape: tuple[int, int]) -> tuple[Any, ...]:
     return arrays
 
 
-def _addresses(arrays: tuple[Any, ...]) -> list[int]:
-    return [a.ctypes.data for a in arrays]
+def _addresses(arrays: tuple[Any, ...], lines: Any) -> list[Any]:
+    """The kernels' segment arguments: the arrays' addresses, then the window's offsets (``lines.offset_xy``)."""
+    return [*(a.ctypes.data for a in arrays), *(float(v) for v in lines.offset_xy)]
 
 
 def _check(rc: int, name: str) -> None:
@@ -200,22 +201,22 @@ def _average_taps(
 ) -> tuple[Any, int, int, int] | None:
     """Every footprint's taps in rows ``r0:r1`` of ``cmap`` for a source of ``src_shape`` (kept with a map
     that keeps taps): one float32 buffer of planes (:func:`_plane_stride` apart) holding the first row and
-    column (int32), the weights along y (ky planes) and x (kx planes), and the footprint's area inside the
-    source (the weight sum of a source without nodata, as ``common._overlap`` gives it); with the stride,
+    column (int32), the weights along y (ky planes) and x (kx planes), and the weight sum of a source
+    without nodata (as ``weighted.valid_weight_sum`` gives it); with the stride,
     ky and kx. None where the map's corners are NaN, infinite or absurdly far apart (the NumPy kernel
     judges those)."""
     h, w = r1 - r0, cmap.shape_yx[1]
     h_map, w_map = cmap.shape_yx
     segments = _block_segments(_segments(cmap.corners, (h_map + 1, w_map + 1)), r0, r1)
     reach = np.empty(2, np.int64)
-    rc = lib.average_reach(*_addresses(segments), h, w, reach.ctypes.data)
+    rc = lib.average_reach(*_addresses(segments, cmap.corners), h, w, reach.ctypes.data)
     if rc == -4:  # corners NaN, infinite or absurdly far apart: left to the NumPy kernel
         return None
     _check(rc, "average_reach")
     ky, kx = int(reach[0]), int(reach[1])
     stride = _plane_stride(h * w)
     taps = np.empty((3 + ky + kx) * stride, np.float32)
-    rc = lib.average_taps(*_addresses(segments), h, w, *src_shape, taps.ctypes.data, stride, ky, kx)
+    rc = lib.average_taps(*_addresses(segments, cmap.corners), h, w, *src_shape, taps.ctypes.data, stride, ky, kx)
     _check(rc, "average_taps")
     return taps, stride, ky, kx
 
@@ -242,8 +243,9 @@ def resample(src: Any, nodata: float, cmap: CoordMap, method: str) -> Any | None
         fill_px = np.array(nodata_fill(nodata, src.dtype, np), dtype=src.dtype)  # the fill in the source's type
         segments = _segments(cmap.centres, cmap.shape_yx)
         rc = lib.nearest_lines(
-            src.ctypes.data, *src.shape, src.itemsize, fill_px.ctypes.data, *_addresses(segments), out.ctypes.data, h, w
-        )
+            src.ctypes.data, *src.shape, src.itemsize, fill_px.ctypes.data, *_addresses(segments, cmap.centres),
+            out.ctypes.data, h, w,
+        )  # fmt: skip
         if rc == -3:  # a source of 2^31 pixels a side or more: the NumPy kernel
             return None
         _check(rc, "nearest_lines")
@@ -318,7 +320,7 @@ def _bilinear(lib: Any, src: Any, nodata: float, cmap: CoordMap) -> Any | None:
     rc = getattr(lib, f"bilinear_{src.dtype.str[1:]}")(
         src.ctypes.data, h_s, w_s, test_value, value, test_nan, everywhere, kx, ky,
         tents[0].ctypes.data, tents[1].ctypes.data, vx.ctypes.data, vy.ctypes.data, data.ctypes.data,
-        valid.ctypes.data, coef.ctypes.data, *_addresses(_segments(cmap.centres, (h, w))), fill, lo, hi,
+        valid.ctypes.data, coef.ctypes.data, *_addresses(_segments(cmap.centres, (h, w)), cmap.centres), fill, lo, hi,
         out.ctypes.data, h, w,
     )  # fmt: skip
     _check(rc, "bilinear")

@@ -31,6 +31,11 @@ class LineMap:
     ``t0`` is the distance from the segment's anchor (where ``x0`` was transformed exactly) to its first
     column here, a whole number kept as a float: a chunk cut from a longer row evaluates the very same
     expression as the whole row would, so chunk-by-chunk equals whole, bit for bit.
+
+    ``x0`` and ``y0`` are in the pixels of the whole source (the tile at its level), and ``offset_xy`` (the
+    window's whole offsets in it) is subtracted once a position is formed, in the position's own type:
+    subtracting a whole number is exact, so a pixel's position in any window that reads it is the same
+    number moved by a whole number of pixels, and the kernels see the same fractions and weights.
     """
 
     shape: tuple[int, int]
@@ -44,6 +49,8 @@ class LineMap:
     dx: Any
     y0: Any
     dy: Any
+    offset_xy: tuple[float, float] = (0.0, 0.0)
+    """(columns, rows): the source window's whole offsets in the source, subtracted from every position."""
 
     def to(self, xp: Any) -> LineMap:
         """The same map with its positions on ``xp`` (e.g. CuPy); the segment layout stays on the host."""
@@ -52,6 +59,10 @@ class LineMap:
     def shifted(self, dx: float, dy: float) -> LineMap:
         """The same map moved by (dx, dy) source pixels (a source with another origin)."""
         return replace(self, x0=self.x0 + dx, y0=self.y0 + dy)
+
+    def windowed(self, col_off: int, row_off: int) -> LineMap:
+        """The same map read through a window of the source at whole offsets (col_off, row_off)."""
+        return replace(self, offset_xy=(float(col_off), float(row_off)))
 
     def one_per_row(self) -> bool:
         """Whether the map has one segment per destination row (no row is split)."""
@@ -62,7 +73,8 @@ class LineMap:
         of ``x``/``y``) written in place: ``t`` is formed in ``y``, no temporaries (the same operations in
         the same order as the expressions, so the same bits). Where every ``t0`` is 0 (a segment's anchor
         is its first column here, the usual case), ``t`` is ``j`` itself: one pass fewer, same bits.
-        ``shift`` is added to ``x0`` and ``y0`` first (nearest's nudge, without a pass of its own)."""
+        ``shift`` is added to ``x0`` and ``y0`` first (nearest's nudge, without a pass of its own); the window's
+        offsets are subtracted last (exact: whole numbers)."""
         dtype = x.dtype
         if xp is np and not self.t0[seg].any():  # (no device sync on CuPy for this)
             # The outer products by einsum: the same one product an element as a broadcast multiply (the
@@ -78,6 +90,11 @@ class LineMap:
             x0, y0 = x0 + shift, y0 + shift
         x += x0.astype(dtype)
         y += y0.astype(dtype)
+        ox, oy = self.offset_xy
+        if ox:
+            x -= x.dtype.type(ox)
+        if oy:
+            y -= y.dtype.type(oy)
 
     def bounds(
         self, xp: Any, r0: int = 0, r1: int | None = None, shift: float = 0.0
@@ -91,10 +108,11 @@ class LineMap:
         t0 = self.t0[s0:s1].astype("f8")
         ends = (t0, xp.add(t0, xp.asarray(self.count[s0:s1] - 1, dtype="f8")))
         found = []
-        for start, step in ((self.x0, self.dx), (self.y0, self.dy)):
+        for start, step, off in ((self.x0, self.dx, self.offset_xy[0]), (self.y0, self.dy, self.offset_xy[1])):
             start, step = start[s0:s1], step[s0:s1].astype("f8")
             start = (start + shift if shift else start).astype("f8")
             at = xp.concatenate([xp.multiply(step, t) + start for t in ends])
+            at = at - off if off else at
             found += [float(at.min()), float(at.max())]
         return found[0], found[1], found[2], found[3]
 

@@ -70,18 +70,28 @@ def compute_coord_map(
     grid: RowSpan | None = None,
 ) -> CoordMap:
     """Where the destination's pixels fall in the source window: exact and separable for one CRS, else
-    GDAL's approximate transformer along the grid's rows (pixel centres or corners, as ``method`` reads)."""
+    GDAL's approximate transformer along the grid's rows (pixel centres or corners, as ``method`` reads).
+
+    Positions are formed in the pixels of the whole tile from the grid's own pixel indices, then moved by
+    the window's whole offsets (exact), so a pixel has the same source position, and so the same value,
+    whichever chunk and window it is computed in."""
     h, w = dst_shape_yx
     scale = _scale(src, dst_transform, dst_crs)
+    col_off, row_off, t = _tile_frame(src)
     if _separable(src, dst_transform, dst_crs):
-        sa, sc, se, sf = src.transform[0], src.transform[2], src.transform[4], src.transform[5]
-        da, dc, de, df = dst_transform[0], dst_transform[2], dst_transform[4], dst_transform[5]
-        xe = (dc + da * np.arange(w + 1) - sc) / sa
-        ye = (df + de * np.arange(h + 1) - sf) / se
+        sa, sc, se, sf = t[0], t[2], t[4], t[5]
+        if grid is None:
+            da, dc, de, df = dst_transform[0], dst_transform[2], dst_transform[4], dst_transform[5]
+            cols, rows = np.arange(w + 1, dtype="f8"), np.arange(h + 1, dtype="f8")
+        else:  # the grid's corner and its pixel indices: the same numbers whichever chunk holds the pixel
+            da, dc, de, df = grid.transform[0], grid.transform[2], grid.transform[4], grid.transform[5]
+            cols = np.arange(grid.col_off, grid.col_off + w + 1, dtype="f8")
+            rows = np.arange(grid.row_off, grid.row_off + h + 1, dtype="f8")
+        xe = (dc + da * cols - sc) / sa - col_off
+        ye = (df + de * rows - sf) / se - row_off
         return CoordMap(shape_yx=(h, w), xe=xe, ye=ye, scale_xy=scale)
     grid = grid or RowSpan(tuple(dst_transform[:6]), w, 0, 0)
     centres = method in CENTRE_METHODS
-    t = src.transform
     if t[1] == 0 and t[3] == 0:
         # A north-up source: its origin only shifts the positions, so one map serves every tile of this
         # CRS and pixel size over the same part of the grid (every band and date of a tile): cached.
@@ -92,9 +102,19 @@ def compute_coord_map(
 
         inv = ~Affine(*t[:6])
         lines = _approx(dst_crs, src.crs, grid, h, w, centres, (inv.a, inv.b, inv.c, inv.d, inv.e, inv.f))
+    lines = lines.windowed(col_off, row_off) if col_off or row_off else lines
     if centres:
         return CoordMap(shape_yx=(h, w), centres=lines, scale_xy=scale)
     return CoordMap(shape_yx=(h, w), corners=lines, scale_xy=scale)
+
+
+def _tile_frame(src: SourceWindow) -> tuple[int, int, tuple[float, ...]]:
+    """(column offset, row offset, affine of pixel (0, 0)) of the frame ``src``'s positions are formed in:
+    the whole tile at its level where the window knows its tile's corner, else the window itself."""
+    t = tuple(src.transform[:6])
+    if src.tile_origin is None:
+        return 0, 0, t
+    return int(src.window[1]), int(src.window[0]), (t[0], t[1], src.tile_origin[0], t[3], t[4], src.tile_origin[1])
 
 
 @lru_cache(maxsize=256)
@@ -133,13 +153,24 @@ def _unit_metres(crs: str) -> float | None:
 
 
 def _scale(src: SourceWindow, dst_transform: tuple[float, ...], dst_crs: str) -> tuple[float, float] | None:
-    """Destination pixels per source pixel from the two grids' pixel sizes (projected CRSs), so it is the
-    same for every chunk; None (estimate per map) for geographic CRSs."""
+    """Destination pixels per source pixel, the same for every chunk: from the two grids' pixel sizes
+    (projected CRSs, or one CRS), else (a geographic CRS) one destination pixel's steps measured in the
+    source's pixels at the tile's corner. None (estimated per map) where neither is known."""
     fs, fd = _unit_metres(src.crs), _unit_metres(dst_crs)
-    if fs is None or fd is None:
-        return None
     t = src.transform
-    return abs(t[0]) * fs / (abs(dst_transform[0]) * fd), abs(t[4]) * fs / (abs(dst_transform[4]) * fd)
+    if (fs is not None and fd is not None) or same_crs(src.crs, dst_crs):
+        fs, fd = fs or 1.0, fd or 1.0
+        return abs(t[0]) * fs / (abs(dst_transform[0]) * fd), abs(t[4]) * fs / (abs(dst_transform[4]) * fd)
+    if src.tile_origin is None or t[1] != 0 or t[3] != 0:
+        return None
+    x0, y0 = src.tile_origin
+    px, py = transform_points(src.crs, dst_crs, np.array([x0]), np.array([y0]))
+    da, de = dst_transform[0], dst_transform[4]
+    sx, sy = transform_points(dst_crs, src.crs, px + np.array([0.0, da, 0.0]), py + np.array([0.0, 0.0, de]))
+    step_x, step_y = abs(float(sx[1] - sx[0]) / t[0]), abs(float(sy[2] - sy[0]) / t[4])
+    if not (np.isfinite(step_x) and np.isfinite(step_y) and step_x > 0 and step_y > 0):
+        return None
+    return 1.0 / step_x, 1.0 / step_y
 
 
 MAP_CACHE_BYTES = 256 << 20
@@ -150,8 +181,9 @@ reprojected windows at 512² chunks keep ~9 MB each with the average's taps."""
 class MapCache:
     """Coordinate maps by geometry, each keeping the tap tables its kernels make
     (:meth:`CoordMap.keeping_taps`), least recently used out first past ``max_bytes`` (0: none kept). A map depends on
-    the source window's grid (transform, shape, CRS), the destination block's, the method and where the
-    block sits in the grid's rows, never on the band, the date or the pixels: bands of one resolution and
+    the source window's grid (transform, offsets and shape in its tile, the tile's corner, CRS), the
+    destination block's, the method and where the block sits in the grid's rows, never on the band, the
+    date or the pixels: bands of one resolution and
     the dates of one tile reuse it. One per process, shared by its threads (a lock around the table;
     maps and taps are never written into once made). Hits and misses are counted per thread, so a task
     (which runs on one thread) reads its own with :meth:`tally`."""
@@ -177,7 +209,8 @@ class MapCache:
         """(key, map) for this geometry: the kept map, else a new one (kept once :meth:`settle` sizes it)."""
         key = (
             tuple(src.transform),
-            src.window[2:],
+            src.window,
+            src.tile_origin,
             src.crs,
             tuple(dst_shape_yx),
             tuple(dst_transform[:6]),

@@ -18,7 +18,6 @@ from pipeline.resample.common import (
     Taps,
     _finish,
     _inside,
-    _overlap,
     _pad,
     _row_blocks,
     _set_frame,
@@ -63,8 +62,10 @@ def _separable_mean(src: Any, nodata: float, y_taps: Taps, x_taps: Taps, xp: Any
         rows = [xp.clip(first + k, s0, s1 - 1) - s0 for k in range(len(y_wts))]
         block_wy = [wk[r0:r1, None] for wk in y_wts]
         acc = _two_pass(data[s0:s1], x_cols, x_wts, rows, block_wy, ft, xp)
-        if vf is None:
-            wsum = sum(block_wy[1:], block_wy[0].copy()) * wx_sum
+        if vf is None:  # Σ_k wy_k · (Σ_j wx_j · 1): the gathered sums' own operations, so the same bits
+            wsum = xp.zeros((r1 - r0, w), dtype=ft)
+            for wk in block_wy:
+                wsum += wx_sum * wk
         else:
             wsum = _two_pass(vf[s0:s1], x_cols, x_wts, rows, block_wy, ft, xp)
         out[r0:r1] = _finish(acc, wsum, nodata, src.dtype, xp)
@@ -91,7 +92,7 @@ def _gather_mean(
     ft: Any,
     xp: Any,
     spans: tuple[tuple[int, int], tuple[int, int]],
-    overlaps: tuple[Any, Any] | None = None,
+    valid_wsum: Any = None,
     known: dict[Any, Any] | None = None,
     row0: int = 0,
 ) -> tuple[Any, Any]:
@@ -99,8 +100,8 @@ def _gather_mean(
 
     ``valid``: the padded validity as a 2-D array, or as (rows, columns) 1-D profiles when it is
     separable (no nodata in the window): the weight sum then costs no gathers at all. ``spans``: the
-    least and greatest first index of the y and x taps. ``overlaps``: with a window that is all valid,
-    each footprint's length inside the source along y and x (average): Σ w·valid is their product.
+    least and greatest first index of the y and x taps. ``valid_wsum``: with a window that is all valid,
+    Σ w·valid made from the taps alone (:func:`valid_weight_sum`), not gathered.
     ``known``: what was found from these taps before (see :meth:`_Weighted.sums`), with ``y_taps``
     counted from source row ``row0``.
     """
@@ -170,8 +171,8 @@ def _gather_mean(
             total.ravel()[sparse_y] += wy[-1].ravel()[sparse_y] * row
     acc = sums[0]
     wsum = None if separable else sums[1]
-    if separable and overlaps is not None:
-        wsum = overlaps[0] * overlaps[1]
+    if separable and valid_wsum is not None:
+        wsum = valid_wsum
     elif separable:
         vy, vx = valid
         (ylo, yhi), (xlo, xhi) = spans  # of the clipped indices: clipping is monotone
@@ -180,6 +181,30 @@ def _gather_mean(
         sy, sx = _profile_sum(vy, iy, wy, pad, ys, xp), _profile_sum(vx, ix, wx, pad, xs, xp)
         wsum = sy * sx
     return acc, wsum
+
+
+def valid_weight_sum(y_taps: Taps, x_taps: Taps, shape: tuple[int, int], ft: Any, xp: Any) -> Any:
+    """Σ w·valid of a source of ``shape`` whose pixels are all valid, without gathering: the sums
+    :func:`_gather_mean` forms where some are not, with each tap's validity 1 on the source and 0 off it,
+    in the same order (along x for each tap row, times that row's weight, rows added in turn), so a
+    pixel whose taps all hold data gets the same bits whether or not its window holds nodata elsewhere
+    (the value never depends on where a chunk's window ends)."""
+    h, w = shape
+    (fy, wy), (fx, wx) = y_taps, x_taps
+
+    def on(first: Any, k: int, n: int, wk: Any) -> Any:
+        weight = xp.asarray(wk, dtype=ft) if wk is ONE else wk
+        return xp.where((first + k >= 0) & (first + k < n), weight, xp.zeros((), dtype=ft)).astype(ft, copy=False)
+
+    row: Any = None
+    for k, wk in enumerate(wx):
+        term = on(fx, k, w, wk)
+        row = term if row is None else row + term
+    total: Any = None
+    for k, wk in enumerate(wy):
+        term = row * on(fy, k, h, wk)
+        total = term if total is None else total + term
+    return xp.broadcast_to(total, np.broadcast_shapes(fy.shape, fx.shape)) if total is not None else None
 
 
 def _sparse_tap(wts: list[Any], xp: Any) -> Any:
@@ -317,18 +342,17 @@ class _Weighted:
     def sums(
         self, y_taps: Taps, x_taps: Taps, footprints: Footprints | None = None, known: dict[Any, Any] | None = None
     ) -> tuple[Any, Any]:
-        """Σ w·v and Σ w·valid over the taps. ``footprints`` (average): where every pixel is valid, the
-        weight sums are their lengths inside the source (:func:`_overlap`), not gathered. ``known``: a
-        dict kept with the taps for a source of this shape (see :func:`_general_mean`), where what
-        follows from them alone (spans, overlaps, sparse taps) is kept for the next source."""
+        """Σ w·v and Σ w·valid over the taps. Where every pixel is valid, the weight sums come from the taps
+        alone (:func:`valid_weight_sum`), not gathered (``footprints``, the average's, are not needed).
+        ``known``: a dict kept with the taps for a source of this shape (see :func:`_general_mean`), where
+        what follows from them alone (spans, weight sums, sparse taps) is kept for the next source."""
         xp, (h, w) = self.xp, self.shape
         known = {} if known is None else known
         overlaps = None
-        if footprints is not None and self.all_valid:
-            overlaps = known.get("overlaps")
+        if self.all_valid:
+            overlaps = known.get("valid_wsum")
             if overlaps is None:
-                fy0, fy1, fx0, fx1 = footprints
-                overlaps = known["overlaps"] = _overlap(fy0, fy1, h, xp), _overlap(fx0, fx1, w, xp)
+                overlaps = known["valid_wsum"] = valid_weight_sum(y_taps, x_taps, (h, w), self.ft, xp)
         spans = known.get("spans")
         if spans is None:
             spans = known["spans"] = (_span(y_taps), _span(x_taps))
