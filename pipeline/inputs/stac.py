@@ -83,7 +83,7 @@ logger = logging.getLogger(__name__)
 
 
 _INT_ASSET_COLUMNS = ("width", "height", "size", "bidx")
-_TEXT_ASSET_COLUMNS = ("href", "band", "item", "collection", "crs", "dtype", "unit", "classification")
+_TEXT_ASSET_COLUMNS = ("href", "band", "item", "collection", "crs", "dtype", "unit", "version", "classification")
 
 
 def _as_arrays(rows: dict[str, Sequence[Any]]) -> dict[str, np.ndarray]:
@@ -128,6 +128,7 @@ def load_asset_rows(
 
         table = read_geoparquet_table(inputs.stac, storage, assets)
         rows = asset_rows_from_arrow(table, assets, inputs.stac, skipped, inputs.alternate)
+        rows.setdefault("version", np.full(len(rows["href"]), "", dtype=object))  # sizes only (docs/output.md)
     elif inputs.stac:
         items, base = read_item_dicts(inputs.stac, storage)
         if not items:
@@ -274,6 +275,7 @@ def stac_catalog(
             "overview_sizes": sizes,
             "size": rows["size"],
             "mtime": np.zeros(n, dtype=np.int64),
+            "version": rows["version"],
             "nodata": rows["nodata"],
             "nodata_from": nodata_from,
         }

@@ -62,10 +62,12 @@ ASSET_COLUMNS = [
     "offset",
     "unit",
     "size",
+    "version",
     "categorical",
 ]
 """The asset table both readers produce: one row per (item, band); unknown numbers NaN (``width``/
-``height``: -1; ``size``: 0), unknown strings None. ``bidx``: the band of the asset (1-based);
+``height``: -1; ``size``: 0), unknown strings None. ``bidx``: the band of the asset (1-based); ``version``:
+:func:`asset_version` (empty: none);
 ``categorical``: the band has STAC ``classification:classes`` or ``bitfields``."""
 
 
@@ -190,6 +192,18 @@ def number(value: Any) -> float:
         return float("nan") if value is None else float(value)
     except (TypeError, ValueError):
         return float("nan")
+
+
+def asset_version(updated: Any, item_updated: Any, checksum: Any) -> str:
+    """What tells one version of an asset from another, for the record :func:`pipeline.update` compares:
+    ``updated:TIME`` (the asset's ``updated``, else its item's ``properties.updated``: STAC common
+    metadata, an asset's own fields overriding its item's), else ``checksum:VALUE`` (the file extension's
+    ``file:checksum``), else empty (the asset's ``file:size`` is then all there is). ``updated`` first: a
+    provider's reprocessing of the item's metadata changes the output without changing the file."""
+    for kind, value in (("updated", updated), ("updated", item_updated), ("checksum", checksum)):
+        if value is not None and str(value) != "":
+            return f"{kind}:{value}"
+    return ""
 
 
 def parse_time(props: dict[str, Any]) -> np.datetime64:
