@@ -18,7 +18,7 @@ import yaml
 import pipeline
 from pipeline.config import load_config
 from pipeline.store.record import compute_diff, fingerprint, source_change
-from pipeline.tools.stac_items import items_from_files, write_item_collection
+from pipeline.tools.stac_items import items_from_files, write_geoparquet, write_item_collection
 from tests.helpers import write_config
 from tests.s3server import upload_tree
 from tests.test_update import SMALL_DATES, make_inputs, stats
@@ -129,15 +129,17 @@ def test_an_object_rewritten_in_place_is_told_by_its_etag(
 # --- STAC items: ``updated`` ------------------------------------------------------------------------------
 
 
-def test_a_stac_item_updated_again_is_recomputed(tmp_path: Path, small_dir: Path) -> None:
+@pytest.mark.parametrize("source", ["items.json", "items.parquet"])
+def test_a_stac_item_updated_again_is_recomputed(tmp_path: Path, small_dir: Path, source: str) -> None:
     inputs = make_inputs(tmp_path, small_dir)
     items = items_from_files(sorted(str(p) for p in inputs.glob("*/*.tif")))
     for it in items:
         it["properties"]["updated"] = "2024-06-20T00:00:00Z"
-    write_item_collection(items, str(tmp_path / "items.json"))
+    write = write_item_collection if source == "items.json" else write_geoparquet
+    write(items, str(tmp_path / source))
     path = write_config(tmp_path, "unused", execution={"scheduler": "threads"})
     raw = yaml.safe_load(path.read_text())
-    raw["inputs"] = {"stac": str(tmp_path / "items.json")}
+    raw["inputs"] = {"stac": str(tmp_path / source)}
     path.write_text(yaml.safe_dump(raw))
     cfg = load_config(path, [f"output.path={tmp_path / 'cube.zarr'}"])
     cube = Path(cfg.output.path)
@@ -148,7 +150,7 @@ def test_a_stac_item_updated_again_is_recomputed(tmp_path: Path, small_dir: Path
 
     changed = next(it for it in items if it["properties"]["datetime"].startswith("2024-06-11"))
     changed["properties"]["updated"] = "2024-07-01T00:00:00Z"  # reprocessed: the same hrefs
-    write_item_collection(items, str(tmp_path / "items.json"))
+    write(items, str(tmp_path / source))
     r = pipeline.update(cfg)
     u = r.report["update"]
     day = next(d for d in u["recomputed"])

@@ -128,7 +128,6 @@ def load_asset_rows(
 
         table = read_geoparquet_table(inputs.stac, storage, assets)
         rows = asset_rows_from_arrow(table, assets, inputs.stac, skipped, inputs.alternate)
-        rows.setdefault("version", np.full(len(rows["href"]), "", dtype=object))  # sizes only (docs/output.md)
     elif inputs.stac:
         items, base = read_item_dicts(inputs.stac, storage)
         if not items:
