@@ -19,7 +19,7 @@ import pipeline
 from pipeline.config import load_config
 from pipeline.store.record import compute_diff, fingerprint, source_change
 from pipeline.tools.stac_items import items_from_files, write_geoparquet, write_item_collection
-from tests.helpers import write_config
+from tests.helpers import PATTERN, write_config
 from tests.s3server import upload_tree
 from tests.test_update import SMALL_DATES, make_inputs, stats
 
@@ -124,6 +124,27 @@ def test_an_object_rewritten_in_place_is_told_by_its_etag(
     kept = stats(cube)
     r = pipeline.update(cfg)
     assert r.report["update"]["recomputed"] == [] and stats(cube) == kept
+
+
+def test_an_http_object_is_fingerprinted_by_the_etag_of_its_head(
+    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str
+) -> None:
+    """Plain URLs (moto's http:// URLs of public objects): the HEAD request's ETag, as for a listed object."""
+    from pipeline.inputs.catalog import build_catalog
+    from pipeline.store.record import tiles_record
+
+    client = s3_server.client()
+    urls = upload_tree(client, small_dir / "2024-06-01", s3_bucket, "tiles/2024-06-01")
+    etags = {}
+    for url in urls:
+        key = url.split(f"{s3_bucket}/", 1)[1]
+        client.put_object_acl(Bucket=s3_bucket, Key=key, ACL="public-read")
+        etags[url.replace("s3://", f"{s3_server.endpoint_url}/")] = client.head_object(Bucket=s3_bucket, Key=key)
+    cfg = load_config(write_config(tmp_path, "", inputs={"paths": list(etags), "pattern": PATTERN}))
+    record = tiles_record(build_catalog(cfg.inputs, cfg.storage).tiles)
+    assert record["2024-06-01T00:00:00"] == {
+        u: f"{h['ContentLength']}:{int(h['LastModified'].timestamp() * 1e9)}:etag:{h['ETag']}" for u, h in etags.items()
+    }
 
 
 # --- STAC items: ``updated`` ------------------------------------------------------------------------------
