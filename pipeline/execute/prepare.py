@@ -36,8 +36,8 @@ from pipeline.store.record import (
     Record,
     UpdateDiff,
     compute_diff,
-    compute_record,
     read_state,
+    tiles_record,
     work_digest,
 )
 from pipeline.store.resume import check_resumable
@@ -262,7 +262,7 @@ def plan_update(config: Config, catalog: Catalog, plan: Plan) -> UpdateWork | No
     path, storage = config.output.path, config.storage
     check_cube(path, state, plan, config.output_settings())
     tiles = catalog.tiles
-    current = compute_record(tiles["path"], tiles["date"], tiles["size"], tiles["mtime"])
+    current = tiles_record(tiles)
     marker = read_marker(path, storage)
     diff = compute_diff(state.times, state.record, current)
     digest = work_digest(diff, current, state.generation)

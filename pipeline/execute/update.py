@@ -16,7 +16,7 @@ from pipeline import __version__
 from pipeline.report.summary import write_report
 from pipeline.store.existing import journal_done, output_store
 from pipeline.store.publish import publish_update, stage_update, take_lock
-from pipeline.store.record import compute_diff, compute_record, write_record
+from pipeline.store.record import compute_diff, tiles_record, write_record
 
 if TYPE_CHECKING:
     from pipeline.config import OutputConfig, StorageConfig
@@ -33,9 +33,7 @@ def record_run(output: OutputConfig, storage: StorageConfig, catalog: Catalog) -
     if output.zarr_format != 3:
         return {}
     t = catalog.tiles
-    key = write_record(
-        output_store(output.path, storage), 0, compute_record(t["path"], t["date"], t["size"], t["mtime"])
-    )
+    key = write_record(output_store(output.path, storage), 0, tiles_record(t))
     return {"pipeline_record": key, "pipeline_generation": 0}
 
 
@@ -61,7 +59,7 @@ def update_section(work: UpdateWork | None, catalog: Catalog, plan: Plan) -> dic
             out.update(tasks=len(work.plan.partitions), chunks=work.plan.n_jobs, bytes_to_read=work.plan.bytes_read)
         return out
     t = catalog.tiles
-    out = compute_diff((), None, compute_record(t["path"], t["date"], t["size"], t["mtime"])).as_report()
+    out = compute_diff((), None, tiles_record(t)).as_report()
     return {
         **out,
         "created": True,

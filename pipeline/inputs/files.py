@@ -17,6 +17,7 @@ block_x/_y     internal block shape
 overview_sizes each overview level's width and height as the file declares them, flat: [w0, h0, w1, h1]
 size, mtime    bytes and ``st_mtime_ns`` (an object's last-modified, in ns), which decide re-reading
 etag           an object's ETag (empty for a local file); with size and mtime, from the listing
+               (the tile table's ``version``: ``etag:ETAG``, what :func:`pipeline.update` compares)
 =============  ==============================================================
 
 ``inputs.paths`` mixes local globs, ``s3://bucket/prefix/**/*.tif`` globs (one prefix listing each,
@@ -302,6 +303,7 @@ def _catalog_from(
     return Catalog(
         tiles=tiles.assign(
             bidx=np.ones(len(tiles), dtype=np.int64),
+            version=_column("version", [f"etag:{e}" if e else "" for e in headers["etag"].tolist()]),
             nodata=nodata.copy(),
             nodata_from=_column("nodata_from", np.where(np.isnan(nodata), "", "file")),
         ),

@@ -83,7 +83,7 @@ logger = logging.getLogger(__name__)
 
 
 _INT_ASSET_COLUMNS = ("width", "height", "size", "bidx")
-_TEXT_ASSET_COLUMNS = ("href", "band", "item", "collection", "crs", "dtype", "unit", "classification")
+_TEXT_ASSET_COLUMNS = ("href", "band", "item", "collection", "crs", "dtype", "unit", "version", "classification")
 
 
 def _as_arrays(rows: dict[str, Sequence[Any]]) -> dict[str, np.ndarray]:
@@ -274,6 +274,7 @@ def stac_catalog(
             "overview_sizes": sizes,
             "size": rows["size"],
             "mtime": np.zeros(n, dtype=np.int64),
+            "version": rows["version"],
             "nodata": rows["nodata"],
             "nodata_from": nodata_from,
         }

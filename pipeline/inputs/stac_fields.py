@@ -62,10 +62,12 @@ ASSET_COLUMNS = [
     "offset",
     "unit",
     "size",
+    "version",
     "categorical",
 ]
 """The asset table both readers produce: one row per (item, band); unknown numbers NaN (``width``/
-``height``: -1; ``size``: 0), unknown strings None. ``bidx``: the band of the asset (1-based);
+``height``: -1; ``size``: 0), unknown strings None. ``bidx``: the band of the asset (1-based); ``version``:
+:func:`asset_version` (empty: none);
 ``categorical``: the band has STAC ``classification:classes`` or ``bitfields``."""
 
 
@@ -190,6 +192,47 @@ def number(value: Any) -> float:
         return float("nan") if value is None else float(value)
     except (TypeError, ValueError):
         return float("nan")
+
+
+VERSION_FIELDS = ("updated", "file:checksum")
+"""The fields :func:`asset_version` reads (an item's ``updated``, an asset's both)."""
+
+
+def arrow_versions(table: Any, sub: Any, rows: np.ndarray) -> np.ndarray:
+    """:func:`asset_version` of ``rows`` of a stac-geoparquet table (Arrow): ``sub`` the assets' struct
+    column, the item's ``updated`` a column of the table."""
+    import pyarrow.compute as pc
+
+    names = {sub.type.field(i).name for i in range(sub.type.num_fields)}
+
+    def values(column: Any) -> list[Any]:
+        return [_text(v) for v in column.take(rows).to_pylist()] if column is not None else [None] * len(rows)
+
+    asset_updated = values(pc.struct_field(sub, ["updated"]) if "updated" in names else None)
+    checksum = values(pc.struct_field(sub, ["file:checksum"]) if "file:checksum" in names else None)
+    item_updated = values(table.column("updated") if "updated" in table.column_names else None)
+    out = np.empty(len(rows), dtype=object)
+    out[:] = [asset_version(*v) for v in zip(asset_updated, item_updated, checksum, strict=True)]
+    return out
+
+
+def _text(value: Any) -> Any:
+    """A time as the JSON items spell it (stac-geoparquet stores timestamps): ``2024-06-01T00:00:00Z``."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z") if value.tzinfo else value.isoformat()
+    return value
+
+
+def asset_version(updated: Any, item_updated: Any, checksum: Any) -> str:
+    """What tells one version of an asset from another, for the record :func:`pipeline.update` compares:
+    ``updated:TIME`` (the asset's ``updated``, else its item's ``properties.updated``: STAC common
+    metadata, an asset's own fields overriding its item's), else ``checksum:VALUE`` (the file extension's
+    ``file:checksum``), else empty (the asset's ``file:size`` is then all there is). ``updated`` first: a
+    provider's reprocessing of the item's metadata changes the output without changing the file."""
+    for kind, value in (("updated", updated), ("updated", item_updated), ("checksum", checksum)):
+        if value is not None and str(value) != "":
+            return f"{kind}:{value}"
+    return ""
 
 
 def parse_time(props: dict[str, Any]) -> np.datetime64:

@@ -19,6 +19,7 @@ from pipeline.inputs.stac_fields import (
     AFFINE,
     ASSET_COLUMNS,
     asset_href,
+    asset_version,
     band_count,
     band_field,
     band_index,
@@ -107,6 +108,9 @@ def asset_rows_from_items(
             unit = band_field(asset, props, k, "unit")
             rows["unit"].append(None if unit is None else str(unit))
             rows["size"].append(int(asset.get("file:size") or 0))
+            rows["version"].append(
+                asset_version(asset.get("updated"), props.get("updated"), asset.get("file:checksum"))
+            )
             rows["categorical"].append(is_categorical(asset, k))
             rows["classification"].append(classification_of(asset, k))
     return rows

@@ -15,6 +15,8 @@ from pipeline.inputs.stac_fields import (
     ASSET_COLUMNS,
     BAND_FIELDS,
     CLASSIFICATION,
+    VERSION_FIELDS,
+    arrow_versions,
     band_count,
     band_index,
     bbox_longitude,
@@ -26,16 +28,8 @@ from pipeline.inputs.stac_fields import (
     split_asset_key,
 )
 
-_ITEM_FIELDS = (
-    "proj:code",
-    "proj:epsg",
-    "proj:wkt2",
-    "proj:transform",
-    "proj:shape",
-    "raster:bands",
-    "bands",
-    *(new for new, _ in BAND_FIELDS.values()),
-)
+_PROJ_FIELDS = ("proj:code", "proj:epsg", "proj:wkt2", "proj:transform", "proj:shape", "raster:bands", "bands")
+_ITEM_FIELDS = (*_PROJ_FIELDS, *(new for new, _ in BAND_FIELDS.values()), *VERSION_FIELDS)
 
 
 _ASSET_FIELDS = ("href", "type", "roles", *_ITEM_FIELDS, "file:size", "alternate", "eo:bands", *CLASSIFICATION)
@@ -287,6 +281,7 @@ def asset_rows_from_arrow(
             sel = good[kvals[good] == k]
             categorical = bool(sample is not None and is_categorical(sample, k))
             part = _band_part(table, sub, band, k, sel, categorical, ids, collection, times, lon, base, alternate)
+            part["version"] = arrow_versions(table, sub, sel)
             part["classification"] = np.empty(len(sel), dtype=object)
             part["classification"][:] = [None if sample is None else classification_of(sample, k)] * len(sel)
             parts.append(part)

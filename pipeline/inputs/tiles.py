@@ -34,9 +34,15 @@ HEADER_COLUMNS = [
 INDEX_COLUMNS = ["path", *HEADER_COLUMNS, "tag_date", "size", "mtime", "etag"]
 
 
-TABLE_COLUMNS = ["path", "bidx", "band", "tile", "date", *HEADER_COLUMNS, "size", "mtime", "nodata", "nodata_from"]
-"""The tile table a run plans from. ``bidx``: the file's band (1-based); ``nodata``: the value used,
-``nodata_from`` where it came from (``stac``, ``file``, ``config``; empty: none)."""
+TABLE_COLUMNS = [
+    *["path", "bidx", "band", "tile", "date", *HEADER_COLUMNS],
+    *["size", "mtime", "version", "nodata", "nodata_from"],
+]
+"""The tile table a run plans from. ``bidx``: the file's band (1-based); ``version``: what tells this
+version of the file from another besides size and mtime, ``kind:value`` (``etag:"..."`` of an object,
+``updated:...`` or ``checksum:...`` of a STAC asset; empty: nothing), which the record of
+:mod:`pipeline.store.record` keeps; ``nodata``: the value used, ``nodata_from`` where it came from (``stac``,
+``file``, ``config``; empty: none)."""
 
 
 _FLOAT_COLUMNS = {"a", "b", "c", "d", "e", "f", "xmin", "ymin", "xmax", "ymax", "file_nodata", "nodata"}

@@ -1,11 +1,13 @@
 """What a cube was built from, and how its inputs differ now: the record :func:`pipeline.update` compares.
 
 The record is one JSON object in the store, ``.pipeline-record/<generation>.json``: for each date of the
-time axis, every source file of that date (mask tiles too) and its fingerprint, ``size:mtime_ns`` (an
-object's size and last-modified time from the listing; STAC assets carry ``file:size`` and no time). The
-group's attributes name the record in force (``pipeline_record``), so the record and the cube it describes
-change in the one put that publishes an update (:mod:`pipeline.store.publish`). An update reads it once:
-one GET whatever the number of dates.
+time axis, every source file of that date (mask tiles too) and its fingerprint (:func:`fingerprint`):
+``size:mtime_ns``, then where the source says more, ``:kind:value``: an object's ``etag``, a STAC asset's
+``updated`` or ``file:checksum``. A record written before the kinds were kept (``size:mtime_ns`` for every
+source) is read as it is: :func:`source_change` compares what both fingerprints have. The group's
+attributes name the record in force (``pipeline_record``), so the record and the cube it describes change
+in the one put that publishes an update (:mod:`pipeline.store.publish`), which writes every date's current
+fingerprints. An update reads it once: one GET whatever the number of dates.
 
 :func:`compute_diff` is pure: the cube's dates and record against the inputs' record, giving the dates to
 add, to recompute (with why: which tile was added, removed or rewritten) and to keep.
@@ -38,14 +40,59 @@ def date_label(value: Any) -> str:
     return str(np.datetime64(value, "s"))
 
 
-def compute_record(paths: np.ndarray, dates: np.ndarray, sizes: np.ndarray, mtimes: np.ndarray) -> Record:
-    """Each date's source files and their fingerprints, from the tile table's columns (a file of several
-    bands counts once)."""
+def fingerprint(size: int, mtime: int, version: str | None = None) -> str:
+    """One source's fingerprint: ``size:mtime_ns``, and ``:kind:value`` where the tile table's ``version``
+    has one (``etag:"9b2c..."``, ``updated:2024-06-03T10:00:00Z``, ``checksum:1220...``)."""
+    return f"{int(size)}:{int(mtime)}" + (f":{version}" if version else "")
+
+
+def _parse(value: str) -> tuple[str, str, str, str]:
+    """(size, mtime, kind, value) of a fingerprint; kind and value empty where it has none."""
+    size, _, rest = value.partition(":")
+    mtime, _, version = rest.partition(":")
+    kind, _, said = version.partition(":")
+    return size, mtime, kind, said
+
+
+def source_change(old: str, new: str) -> str | None:
+    """Why one source differs from its record (None: it does not). Where both fingerprints are of one kind,
+    size and that value decide: an ETag or a STAC ``updated`` that did not change means the same file,
+    whatever its mtime (an identical re-upload). Where one has no kind (a local file, a record written
+    before kinds were kept, a server that sends no ETag), size and mtime decide. Two different kinds (a STAC
+    item that gained ``updated``) cannot be compared: the date is recomputed, and why says so."""
+    s0, m0, k0, v0 = _parse(old)
+    s1, m1, k1, v1 = _parse(new)
+    if k0 and k1 and k0 != k1:
+        return f"fingerprint kind changed ({k0} -> {k1})"
+    if s0 != s1:
+        return f"size {s0} -> {s1}"
+    if k0 and k0 == k1:
+        return None if v0 == v1 else f"{k0} {v0} -> {v1}"
+    return None if m0 == m1 else "modified"
+
+
+def compute_record(
+    paths: np.ndarray,
+    dates: np.ndarray,
+    sizes: np.ndarray,
+    mtimes: np.ndarray,
+    versions: np.ndarray | None = None,
+) -> Record:
+    """Each date's source files and their fingerprints (:func:`fingerprint`), from the tile table's columns
+    (a file of several bands counts once)."""
     out: Record = {}
     labels = np.datetime_as_string(np.asarray(dates, dtype="datetime64[s]"), unit="s")
-    for path, label, size, mtime in zip(paths.tolist(), labels.tolist(), sizes.tolist(), mtimes.tolist(), strict=True):
-        out.setdefault(label, {})[str(path)] = f"{int(size)}:{int(mtime)}"
+    kinds = [None] * len(labels) if versions is None else versions.tolist()
+    for path, label, size, mtime, version in zip(
+        paths.tolist(), labels.tolist(), sizes.tolist(), mtimes.tolist(), kinds, strict=True
+    ):
+        out.setdefault(label, {})[str(path)] = fingerprint(size, mtime, version)
     return {d: dict(sorted(out[d].items())) for d in sorted(out)}
+
+
+def tiles_record(tiles: Any) -> Record:
+    """:func:`compute_record` of a tile table (:class:`pipeline.inputs.tiles.TileTable`)."""
+    return compute_record(tiles["path"], tiles["date"], tiles["size"], tiles["mtime"], tiles["version"])
 
 
 def record_key(generation: int) -> str:
@@ -167,13 +214,12 @@ class UpdateDiff:
 
 
 def describe_changes(old: dict[str, str], new: dict[str, str]) -> list[str]:
-    """Why one date's sources differ: each tile added, removed or rewritten (its fingerprint changed)."""
+    """Why one date's sources differ: each tile added, removed or rewritten (:func:`source_change`)."""
     out = [f"tile added: {p}" for p in sorted(set(new) - set(old))]
     out += [f"tile removed: {p}" for p in sorted(set(old) - set(new))]
     for p in sorted(set(old) & set(new)):
-        if old[p] != new[p]:
-            s0, s1 = old[p].partition(":")[0], new[p].partition(":")[0]
-            said = f"size {s0} -> {s1}" if s0 != s1 else "modified"
+        said = source_change(old[p], new[p])
+        if said is not None:
             out.append(f"tile rewritten: {p} ({said})")
     return out
 

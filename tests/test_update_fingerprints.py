@@ -1,0 +1,202 @@
+"""What ``pipeline update`` compares per source: an object's ETag in a bucket (moto's S3 server on loopback),
+a STAC asset's ``updated``, a local file's size and mtime; and a record written before the kinds were kept
+(``size:mtime_ns`` for every source), read as it is."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import rasterio
+import xarray as xr
+import yaml
+
+import pipeline
+from pipeline.config import load_config
+from pipeline.store.record import compute_diff, fingerprint, source_change
+from pipeline.tools.stac_items import items_from_files, write_geoparquet, write_item_collection
+from tests.helpers import PATTERN, write_config
+from tests.s3server import upload_tree
+from tests.test_update import SMALL_DATES, make_inputs, stats
+
+DATE = "2024-06-11T00:00:00"
+
+
+def test_fingerprints_compare_on_what_both_have() -> None:
+    local = fingerprint(100, 5)
+    etag = fingerprint(100, 5, 'etag:"aa"')
+    assert local == "100:5" and etag == '100:5:etag:"aa"'
+    assert source_change(etag, fingerprint(100, 9, 'etag:"aa"')) is None  # re-uploaded, same bytes
+    assert source_change(etag, fingerprint(100, 5, 'etag:"bb"')) == 'etag "aa" -> "bb"'
+    assert source_change(etag, fingerprint(101, 5, 'etag:"bb"')) == "size 100 -> 101"
+    assert source_change(local, etag) is None  # a record from before the kinds: size and mtime
+    assert source_change(local, fingerprint(100, 6, 'etag:"aa"')) == "modified"
+    assert source_change(local, fingerprint(100, 5)) is None and source_change(local, "100:6") == "modified"
+    stac = fingerprint(100, 0, "updated:2024-06-01T00:00:00Z")
+    assert source_change(stac, fingerprint(100, 0, "updated:2024-07-01T00:00:00Z")) == (
+        "updated 2024-06-01T00:00:00Z -> 2024-07-01T00:00:00Z"
+    )
+    assert (
+        source_change(stac, fingerprint(100, 0, "checksum:1220ab")) == "fingerprint kind changed (updated -> checksum)"
+    )
+    diff = compute_diff(("d",), {"d": {"a.tif": local}}, {"d": {"a.tif": etag}})
+    assert diff.unchanged == ("d",) and not diff.recomputed
+
+
+# --- objects in a bucket: the ETag ----------------------------------------------------------------------
+
+
+def write_tile(src: Path, dst: Path, scale: int) -> None:
+    """``src``'s pixels times ``scale`` (mod 2**16), written uncompressed and untiled: the same size in
+    bytes whatever ``scale``, other content."""
+    with rasterio.open(src) as f:
+        data, profile = f.read(1), f.profile
+    profile.update(driver="GTiff", tiled=False, compress=None)
+    profile.pop("blockxsize", None)
+    profile.pop("blockysize", None)
+    with rasterio.open(dst, "w", **profile) as out:
+        out.write((data.astype(np.uint32) * scale % 65536).astype(data.dtype), 1)
+
+
+def next_second() -> None:
+    """Sleep into the next second: S3's LastModified (moto's too) has one-second resolution."""
+    time.sleep(1.05 - time.time() % 1)
+
+
+def test_an_object_rewritten_in_place_is_told_by_its_etag(
+    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str
+) -> None:
+    client = s3_server.client()
+    inputs = make_inputs(tmp_path, small_dir)
+    tile = inputs / "2024-06-11" / "T31A0_B02.tif"
+    write_tile(small_dir / "2024-06-11" / tile.name, tile, 1)
+    upload_tree(client, inputs, s3_bucket, "in")
+    key = f"in/2024-06-11/{tile.name}"
+    url = f"s3://{s3_bucket}/{key}"
+    path = write_config(
+        tmp_path,
+        f"s3://{s3_bucket}/in/**/*.tif",
+        storage={"endpoint_url": s3_server.endpoint_url},
+        execution={"scheduler": "threads"},
+    )
+    cfg = load_config(path, [f"output.path={tmp_path / 'cube.zarr'}"])
+    cube = Path(cfg.output.path)
+    pipeline.run(cfg)
+    before = stats(cube)
+    record_path = cube / json.loads((cube / "zarr.json").read_text())["attributes"]["pipeline_record"]
+    recorded = json.loads(record_path.read_text())["dates"][DATE][url]
+    head = client.head_object(Bucket=s3_bucket, Key=key)
+    assert recorded.endswith(f":etag:{head['ETag']}")
+
+    next_second()  # an identical re-upload: a new LastModified, the same ETag
+    client.upload_file(str(tile), s3_bucket, key)
+    again = client.head_object(Bucket=s3_bucket, Key=key)
+    assert again["LastModified"] != head["LastModified"] and again["ETag"] == head["ETag"]
+    r = pipeline.update(cfg)
+    assert r.report["update"]["recomputed"] == [] and r.report["output"]["chunks_written"] == 0
+    assert stats(cube) == before  # nothing written
+
+    pre = xr.open_zarr(cube)["B02"].sel(time=DATE).values
+    write_tile(small_dir / "2024-06-11" / tile.name, tile, 3)  # other pixels, the same size
+    client.upload_file(str(tile), s3_bucket, key)
+    new = client.head_object(Bucket=s3_bucket, Key=key)
+    assert new["ContentLength"] == head["ContentLength"] and new["ETag"] != head["ETag"]
+    r = pipeline.update(cfg)
+    u = r.report["update"]
+    assert u["recomputed"] == [DATE] and u["added"] == []
+    assert u["why"][DATE] == [f"tile rewritten: {url} (etag {head['ETag']} -> {new['ETag']})"]
+    assert (xr.open_zarr(cube)["B02"].sel(time=DATE).values != pre).any()  # the rewrite is in the cube
+    full = pipeline.run(load_config(path, [f"output.path={tmp_path / 'full.zarr'}"]))
+    a, b = xr.open_zarr(cube), xr.open_zarr(full.config.output.path)
+    for v in b.data_vars:
+        np.testing.assert_array_equal(a[v].values, b[v].values)
+
+    # A record from before the kinds were kept (size:mtime_ns only) still reads as "nothing changed".
+    record_path = cube / json.loads((cube / "zarr.json").read_text())["attributes"]["pipeline_record"]
+    rec = json.loads(record_path.read_text())["dates"]
+    legacy = {d: {p: ":".join(f.split(":")[:2]) for p, f in v.items()} for d, v in rec.items()}
+    assert legacy != rec
+    record_path.write_text(json.dumps({"dates": legacy}))
+    kept = stats(cube)
+    r = pipeline.update(cfg)
+    assert r.report["update"]["recomputed"] == [] and stats(cube) == kept
+
+
+def test_an_http_object_is_fingerprinted_by_the_etag_of_its_head(
+    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str
+) -> None:
+    """Plain URLs (moto's http:// URLs of public objects): the HEAD request's ETag, as for a listed object."""
+    from pipeline.inputs.catalog import build_catalog
+    from pipeline.store.record import tiles_record
+
+    client = s3_server.client()
+    urls = upload_tree(client, small_dir / "2024-06-01", s3_bucket, "tiles/2024-06-01")
+    etags = {}
+    for url in urls:
+        key = url.split(f"{s3_bucket}/", 1)[1]
+        client.put_object_acl(Bucket=s3_bucket, Key=key, ACL="public-read")
+        etags[url.replace("s3://", f"{s3_server.endpoint_url}/")] = client.head_object(Bucket=s3_bucket, Key=key)
+    cfg = load_config(write_config(tmp_path, "", inputs={"paths": list(etags), "pattern": PATTERN}))
+    record = tiles_record(build_catalog(cfg.inputs, cfg.storage).tiles)
+    assert record["2024-06-01T00:00:00"] == {
+        u: f"{h['ContentLength']}:{int(h['LastModified'].timestamp() * 1e9)}:etag:{h['ETag']}" for u, h in etags.items()
+    }
+
+
+# --- STAC items: ``updated`` ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", ["items.json", "items.parquet"])
+def test_a_stac_item_updated_again_is_recomputed(tmp_path: Path, small_dir: Path, source: str) -> None:
+    inputs = make_inputs(tmp_path, small_dir)
+    items = items_from_files(sorted(str(p) for p in inputs.glob("*/*.tif")))
+    for it in items:
+        it["properties"]["updated"] = "2024-06-20T00:00:00Z"
+    write = write_item_collection if source == "items.json" else write_geoparquet
+    write(items, str(tmp_path / source))
+    path = write_config(tmp_path, "unused", execution={"scheduler": "threads"})
+    raw = yaml.safe_load(path.read_text())
+    raw["inputs"] = {"stac": str(tmp_path / source)}
+    path.write_text(yaml.safe_dump(raw))
+    cfg = load_config(path, [f"output.path={tmp_path / 'cube.zarr'}"])
+    cube = Path(cfg.output.path)
+    pipeline.run(cfg)
+    before = stats(cube)
+    r = pipeline.update(cfg)
+    assert r.report["update"]["recomputed"] == [] and stats(cube) == before  # unchanged items: nothing written
+
+    changed = next(it for it in items if it["properties"]["datetime"].startswith("2024-06-11"))
+    changed["properties"]["updated"] = "2024-07-01T00:00:00Z"  # reprocessed: the same hrefs
+    write(items, str(tmp_path / source))
+    r = pipeline.update(cfg)
+    u = r.report["update"]
+    assert len(u["recomputed"]) == 1 and u["added"] == [], u
+    day = u["recomputed"][0]
+    assert day.startswith("2024-06-11")
+    hrefs = sorted(a["href"] for a in changed["assets"].values())
+    assert u["why"][day] == [
+        f"tile rewritten: {h} (updated 2024-06-20T00:00:00Z -> 2024-07-01T00:00:00Z)" for h in hrefs
+    ]
+    assert r.report["output"]["chunks_written"] > 0
+    assert [str(t)[:10] for t in xr.open_zarr(cube).time.values] == list(SMALL_DATES)
+
+
+@pytest.mark.parametrize("kind", ["updated", "file:checksum"])
+def test_stac_asset_fields_give_the_version(kind: str) -> None:
+    from pipeline.inputs.stac_items import asset_rows_from_items
+
+    item = {
+        "id": "a",
+        "properties": {"datetime": "2024-06-01T10:30:00Z", "updated": "2024-06-02T00:00:00Z"},
+        "assets": {"B02": {"href": "/x/B02.tif", "file:size": 10, kind: "v1"}},
+    }
+    rows = asset_rows_from_items([item], {"B02": "B02"}, None, [])
+    expected = "updated:v1" if kind == "updated" else "updated:2024-06-02T00:00:00Z"
+    assert rows["version"] == [expected]  # the asset's own updated first, then the item's
+    del item["properties"]["updated"]
+    rows = asset_rows_from_items([item], {"B02": "B02"}, None, [])
+    assert rows["version"] == ["updated:v1" if kind == "updated" else "checksum:v1"]
