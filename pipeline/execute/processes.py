@@ -107,15 +107,16 @@ def _serve(
     warm_up(None, ctx, crs, local=True)
     conn.send(("ready", None, None, peak_rss_mb()))
     inbox: SimpleQueue[Any] = SimpleQueue()
-    held = _Held()
+    running = threading.Event()
     listening = reads_ahead(ctx) and task is run_partition  # the driver sends the next task early
     if listening:
-        threading.Thread(target=_listen, args=(conn, inbox, held, ctx), name="pipeline-inbox", daemon=True).start()
+        threading.Thread(target=_listen, args=(conn, inbox, running, ctx), name="pipeline-inbox", daemon=True).start()
     while True:
         msg = inbox.get() if listening else conn.recv()
         if msg is None:
             return
         i, partition, device, reason = msg
+        running.set()
         try:
             rec = task(partition, ctx, device, reason)
             rec["worker"] = name
@@ -126,7 +127,7 @@ def _serve(
             except Exception:  # noqa: BLE001 - an exception that does not pickle goes back as text
                 conn.send(("error", i, WorkerError(f"{type(e).__name__}: {e}"), peak_rss_mb()))
         finally:
-            held.done()
+            running.clear()
 
 
 def reads_ahead(ctx: TaskContext) -> bool:
@@ -141,26 +142,7 @@ def _window_bytes(ctx: TaskContext) -> Callable[[Any], int]:
     return lambda src: src.window[2] * src.window[3] * itemsize
 
 
-class _Held:
-    """The tasks a worker has been sent and not finished (its message thread counts them in, its task
-    thread out)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._n = 0
-
-    def came(self) -> int:
-        """Count one in; how many were held before it."""
-        with self._lock:
-            self._n += 1
-            return self._n - 1
-
-    def done(self) -> None:
-        with self._lock:
-            self._n -= 1
-
-
-def _listen(conn: Any, inbox: SimpleQueue[Any], held: _Held, ctx: TaskContext) -> None:
+def _listen(conn: Any, inbox: SimpleQueue[Any], running: threading.Event, ctx: TaskContext) -> None:
     """A worker's message thread: each message from the driver into ``inbox``; a task that comes while
     another runs has its windows read ahead now (:meth:`~pipeline.inputs.prefetch.Prefetch.early`), behind
     the running task's, within the same ``execution.prefetch_mb``. What the next task reads is what it
@@ -170,7 +152,7 @@ def _listen(conn: Any, inbox: SimpleQueue[Any], held: _Held, ctx: TaskContext) -
             msg = conn.recv()
         except (EOFError, OSError):  # the driver has gone
             msg = None
-        if msg is not None and held.came():  # a task ahead of this one: read this one behind it
+        if msg is not None and running.is_set():
             try:
                 partition = msg[1]
                 Prefetch.early(_read_order(ctx, partition), ctx.io_concurrency, ctx.prefetch_bytes, _window_bytes(ctx))
