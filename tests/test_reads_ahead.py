@@ -15,7 +15,6 @@ import rasterio
 from rasterio.transform import from_origin
 
 from pipeline.errors import TileReadError
-from pipeline.execute.processes import DEPTH
 from pipeline.execute.runner import run
 from pipeline.inputs.headers import read_header
 from pipeline.inputs.iosizing import LOCAL_READ_AHEAD, MAX_IN_FLIGHT, MIN_IN_FLIGHT, bandwidth_delay, choose_io
@@ -152,47 +151,6 @@ def test_the_header_parser_leaves_to_gdal_what_it_cannot_read_as_gdal_does(tmp_p
         _assert_same_header(header, read_header(str(p)))
 
 
-def test_the_next_tasks_windows_are_read_behind_the_running_ones_within_one_budget(tmp_path: Path) -> None:
-    """A worker holding its next task reads that one's windows once the running task has all of its own
-    under way, the two together within one budget; the next task's read-ahead takes them over (the same
-    bits as ``read_window``), and one of other windows cancels them."""
-    configure_reads(None, (), "early")
-    paths = [tmp_path / f"t{i}.tif" for i in range(2)]
-    for i, p in enumerate(paths):
-        _tile(p, i)
-    windows = [_window(p, r, c, 64, 96) for p in paths for r, c in ((0, 0), (64, 32), (128, 128), (0, 64))]
-    first, second = windows[:5], windows[5:]
-    size = 64 * 96 * 2
-    budget = 3 * size
-
-    def nbytes(src: SourceWindow) -> int:
-        return src.window[2] * src.window[3] * 2
-
-    running = Prefetch(first, 4, budget, nbytes)
-    early = Prefetch.early(second, 4, budget, nbytes)
-    assert early is not None and early.peak_bytes == 0  # the running task's own reads first
-    held = []
-    for w in first:
-        np.testing.assert_array_equal(running.take(w), read_window(w))
-        held.append(running._held + early._held)
-    assert max(held) <= budget and early.peak_bytes > 0  # begun while the running task still held some
-    running.close()
-    assert early.peak_bytes == budget  # the whole budget once the running task is done
-    taking = Prefetch(second, 4, budget, nbytes)
-    assert taking.adopted == 3 and taking.peak_bytes == budget
-    for w in second:
-        np.testing.assert_array_equal(taking.take(w), read_window(w))
-    taking.close()
-
-    assert Prefetch.early(second, 4, budget, nbytes) is not None
-    other = Prefetch(second[::-1], 4, budget, nbytes)  # not the windows read early: they are cancelled
-    assert other.adopted == 0
-    for w in second[::-1]:
-        np.testing.assert_array_equal(other.take(w), read_window(w))
-    other.close()
-    assert Prefetch.early(second, 1, budget, nbytes) is None  # nothing read ahead at one in flight
-
-
 @pytest.fixture
 def tiles(s3_server: Any, s3_bucket: str, small_dir: Path) -> list[str]:
     return upload_tree(s3_server.client(), small_dir, s3_bucket, "tiles")
@@ -235,33 +193,6 @@ def test_a_bucket_read_many_at_once_gives_the_local_cube_bit_for_bit(
                 assert net["in_flight"]["max"] > 2 and net["in_flight"]["mean"] > 1.0
             header_gets = [r for m, t, r in proxy.log if r == "bytes=0-32767"]
             assert len(header_gets) >= len(tiles)
-
-
-def test_worker_processes_reading_their_next_task_ahead_give_the_local_cube_bit_for_bit(
-    tmp_path: Path,
-    s3_server: Any,
-    s3_bucket: str,
-    tiles: list[str],
-    local_run: Any,  # noqa: F811 - the fixture
-) -> None:
-    """Two worker processes, each sent its next partition early and reading it ahead while the first
-    computes (:data:`pipeline.execute.processes.DEPTH`), through a store 5 ms away: the local run's cube."""
-    local_cfg, _ = local_run
-    with LatencyProxy(s3_server.endpoint_url, 0.005) as proxy:
-        cfg = s3_config(
-            tmp_path / "ahead",
-            s3_bucket,
-            proxy.url,
-            "execution.scheduler=processes",
-            "execution.io_concurrency=8",
-            "execution.prefetch_mb=0.5",
-            execution={"workers": 2, "partition_mb": 1},
-        )
-        result = run(cfg)
-    assert result.exit_code == 0, result.report["inputs"]["skipped"]
-    assert result.report["plan"]["partitions"] >= 2 * DEPTH  # each worker held two at some point
-    assert len({t["pid"] for t in result.report["tasks"]}) == 2
-    assert_same_cube(local_cfg.output.path, cfg.output.path)
 
 
 def test_latency_bound_warns_at_one_read_in_flight_and_its_advice_clears_it(

@@ -26,21 +26,16 @@ import logging
 import multiprocessing
 import os
 import signal
-import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from multiprocessing import connection, forkserver, popen_forkserver, reduction, spawn, util
 from multiprocessing.context import ForkServerProcess, set_spawning_popen
-from queue import SimpleQueue
 from typing import Any
-
-import numpy as np
 
 from pipeline.errors import WorkerError
 from pipeline.execute.context import TaskContext
-from pipeline.execute.task import _read_order, run_partition
+from pipeline.execute.task import run_partition
 from pipeline.execute.warmup import peak_rss_mb, warm_up
-from pipeline.inputs.prefetch import Prefetch
 
 logger = logging.getLogger(__name__)
 
@@ -51,12 +46,6 @@ LOOKAHEAD = 4
 """An idle worker picks among this many of the next partitions (costliest first): enough to keep a
 chunk's bands, which cost alike and come together, on the worker that has their files open, few enough
 that the costliest still start first."""
-
-DEPTH = 2
-"""Partitions a worker holds at once where the run reads ahead (:func:`reads_ahead`): the one it runs and
-the next, whose windows it reads while the first computes (a task from a bucket began with a round trip
-and its files' opens, the I/O threads idle). Without read-ahead, one: the next partition is picked when a
-worker is idle, by the files it has open."""
 
 RECENT_FILES = 64
 """The files a worker is taken to have open (:data:`pipeline.inputs.read.MAX_OPEN_FILES`)."""
@@ -106,17 +95,11 @@ def _serve(
         os.environ.update(env)
     warm_up(None, ctx, crs, local=True)
     conn.send(("ready", None, None, peak_rss_mb()))
-    inbox: SimpleQueue[Any] = SimpleQueue()
-    running = threading.Event()
-    listening = reads_ahead(ctx) and task is run_partition  # the driver sends the next task early
-    if listening:
-        threading.Thread(target=_listen, args=(conn, inbox, running, ctx), name="pipeline-inbox", daemon=True).start()
     while True:
-        msg = inbox.get() if listening else conn.recv()
+        msg = conn.recv()
         if msg is None:
             return
         i, partition, device, reason = msg
-        running.set()
         try:
             rec = task(partition, ctx, device, reason)
             rec["worker"] = name
@@ -126,41 +109,6 @@ def _serve(
                 conn.send(("error", i, e, peak_rss_mb()))
             except Exception:  # noqa: BLE001 - an exception that does not pickle goes back as text
                 conn.send(("error", i, WorkerError(f"{type(e).__name__}: {e}"), peak_rss_mb()))
-        finally:
-            running.clear()
-
-
-def reads_ahead(ctx: TaskContext) -> bool:
-    """Whether the run's tasks read ahead (:class:`~pipeline.inputs.prefetch.Prefetch`): then each worker
-    holds :data:`DEPTH` tasks, and reads the next one's windows while the current one computes."""
-    return Prefetch.ahead(ctx.io_concurrency)
-
-
-def _window_bytes(ctx: TaskContext) -> Callable[[Any], int]:
-    """A window's pixel bytes as :func:`~pipeline.execute.task.run_partition` counts them for its read-ahead."""
-    itemsize = max((np.dtype(b.source_dtype or b.dtype).itemsize for b in ctx.bands), default=8)
-    return lambda src: src.window[2] * src.window[3] * itemsize
-
-
-def _listen(conn: Any, inbox: SimpleQueue[Any], running: threading.Event, ctx: TaskContext) -> None:
-    """A worker's message thread: each message from the driver into ``inbox``; a task that comes while
-    another runs has its windows read ahead now (:meth:`~pipeline.inputs.prefetch.Prefetch.early`), behind
-    the running task's, within the same ``execution.prefetch_mb``. What the next task reads is what it
-    would have read: its :class:`~pipeline.inputs.prefetch.Prefetch` takes the reads over, or cancels them."""
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):  # the driver has gone
-            msg = None
-        if msg is not None and running.is_set():
-            try:
-                partition = msg[1]
-                Prefetch.early(_read_order(ctx, partition), ctx.io_concurrency, ctx.prefetch_bytes, _window_bytes(ctx))
-            except Exception:  # noqa: BLE001 - only a head start: the task reads (and reports) for itself
-                logger.debug("no early read-ahead for partition %s", msg[0], exc_info=True)
-        inbox.put(msg)
-        if msg is None:
-            return
 
 
 class _Worker:
@@ -174,8 +122,7 @@ class _Worker:
         )
         self.process.start()
         child.close()
-        self.tasks: deque[int] = deque()
-        """The partitions sent to it, in order: the one it runs first (at most :data:`DEPTH`)."""
+        self.task: int | None = None
         self.peak_mb = 0.0
         self.recent: OrderedDict[str, None] = OrderedDict()
         """The files of its latest partitions, newest last (:data:`RECENT_FILES` of them at most)."""
@@ -288,39 +235,29 @@ class ProcessPool:
                 files[i] = partition_files(todo[i])
             return files[i]
 
-        def send(w: _Worker) -> None:
-            others = [files_of(t) for o in self.workers if o is not w for t in o.tasks]
-            i = _pick(queue, files_of, w.recent, others, passed)
-            w.tasks.append(i)
-            w.ran(files_of(i))
-            w.conn.send((i, todo[i], *decisions[i]))
-
-        depth = DEPTH if reads_ahead(self.ctx) else 1
         passed: dict[int, int] = {}
         while left:
             for w in self.workers:
-                if not w.tasks and queue:
-                    send(w)
-            for w in self.workers:  # a second task only while every worker can still have one: a balanced end
-                if 0 < len(w.tasks) < depth and len(queue) >= len(self.workers):
-                    send(w)
-            busy = [w for w in self.workers if w.tasks]
+                if w.task is None and queue:
+                    others = [files_of(o.task) for o in self.workers if o.task is not None]
+                    w.task = _pick(queue, files_of, w.recent, others, passed)
+                    w.ran(files_of(w.task))
+                    w.conn.send((w.task, todo[w.task], *decisions[w.task]))
+            busy = [w for w in self.workers if w.task is not None]
             ready = connection.wait([w.conn for w in busy] + [w.process.sentinel for w in busy])
             for w in busy:
                 if w.conn not in ready and w.process.sentinel not in ready:
                     continue
                 msg = _receive(w)
-                i = w.tasks.popleft()
-                if msg is None:  # the worker is gone, and its task with it (a task sent after it goes back first)
+                i, w.task = w.task, None
+                assert i is not None
+                if msg is None:  # the worker is gone, and its task with it
                     w.process.join(5.0)
                     code = w.process.exitcode
-                    queue.extendleft(reversed(w.tasks))
-                    w.tasks.clear()
                     self._replace(w)
                     again(i, WorkerError(f"worker {w.name} died running partition {todo[i].key} (exit code {code})"))
                     continue
-                kind, done, payload, w.peak_mb = msg
-                assert done == i  # a worker runs its tasks in the order they came
+                kind, _, payload, w.peak_mb = msg
                 if kind == "done":
                     left -= 1
                     yield payload
@@ -337,6 +274,6 @@ class ProcessPool:
     def close(self) -> dict[str, float]:
         """Stop every worker; each one's peak memory, MB (workers replaced on the way included)."""
         for w in self.workers:
-            w.stop(2.0 if not w.tasks else 0.0)
+            w.stop(2.0 if w.task is None else 0.0)
             self.peak_mb[w.name] = w.peak_mb
         return dict(self.peak_mb)
