@@ -142,13 +142,13 @@ def _scale(src: SourceWindow, dst_transform: tuple[float, ...], dst_crs: str) ->
     return abs(t[0]) * fs / (abs(dst_transform[0]) * fd), abs(t[4]) * fs / (abs(dst_transform[4]) * fd)
 
 
-MAP_CACHE_BYTES = 64 << 20
+MAP_CACHE_BYTES = 256 << 20
 """Bytes of coordinate maps and their tap tables one process keeps (:class:`MapCache`): the casestudy's
-reprojected windows at 512² chunks keep ~9 MB each with the average's taps. The maps worth keeping are
-those of the chunks a worker has in hand (a chunk's bands and dates, which the process pool gives the
-worker that read their files, :func:`pipeline.execute.processes._pick`): on the cloudy composite 64 MiB
-made as many maps as 256 MiB (~120 of ~870 windows) and 32 MiB three times as many; each worker held
-~100 MB less (docs/performance.md, the composite's memory)."""
+reprojected windows at 512² chunks keep ~9 MB each with the average's taps. Its partitions each span
+every chunk, so a worker takes the same ~130 MB of maps around in a cycle with every band and date: a
+smaller bound thrashes there (at 64 MiB it made 218 maps instead of 174, +0.9 s of CPU from a 25 ms
+store), where the cloudy composite, whose partitions are a chunk's bands, made as many at 64 MiB
+(docs/performance.md, the composite's memory)."""
 
 
 class MapCache:
