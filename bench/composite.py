@@ -70,7 +70,13 @@ composite.to_zarr(out, mode="w")
 """
 
 
-def measure(cmd: list[str], sample: bool = True) -> dict[str, Any]:
+BASELINE = os.environ.get("BENCH_BASELINE_TREE")
+"""Another checkout of the project (``git -C /work/main archive HEAD | tar -x -C /tmp/base``, its compiled
+kernels copied in): its pipeline run as a side of its own, ``pipeline (baseline)``, interleaved with the
+others, and its cube compared with this tree's bit for bit."""
+
+
+def measure(cmd: list[str], sample: bool = True, cwd: str = ROOT) -> dict[str, Any]:
     """Run ``cmd`` in a fresh process: its wall seconds; the kernel's peak RSS (MB) of it and the
     descendants whose ends were waited for (``peak_mb``: the largest one, not their sum; the pipeline's
     worker processes are not among them); with ``sample``, the sampled peaks of the process tree's summed
@@ -81,7 +87,7 @@ def measure(cmd: list[str], sample: bool = True) -> dict[str, Any]:
 
     with tempfile.TemporaryFile("w+") as log:
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, text=True)
         tree_rss = tree_pss = 0
         while True:
             pid, status, usage = os.wait4(proc.pid, 0 if not sample else os.WNOHANG)
@@ -123,8 +129,19 @@ def odc_command() -> list[str]:
     ]
 
 
-def pipeline_command() -> list[str]:
-    return [sys.executable, "-m", "pipeline", *run_args(CONFIG, f"{OUT}/pipeline.zarr", f"{OUT}/pipeline.report.json")]
+def pipeline_command(name: str = "pipeline") -> list[str]:
+    return [sys.executable, "-m", "pipeline", *run_args(CONFIG, f"{OUT}/{name}.zarr", f"{OUT}/{name}.report.json")]
+
+
+def same_cube(a: str, b: str) -> bool:
+    """Whether two pipeline cubes hold the same arrays, bit for bit."""
+    import zarr
+
+    ga, gb = zarr.open_group(a, mode="r"), zarr.open_group(b, mode="r")
+    keys = sorted(ga.array_keys())
+    return keys == sorted(gb.array_keys()) and all(
+        np.array_equal(np.asarray(ga[k][...]), np.asarray(gb[k][...]), equal_nan=True) for k in keys
+    )
 
 
 def pipeline_unavailable() -> str | None:
@@ -186,20 +203,23 @@ def main() -> None:
     why = pipeline_unavailable()
     if why is None:
         sides = {"pipeline": pipeline_command(), **sides}
+        if BASELINE:  # (`python -m` puts the working directory first on sys.path: the baseline's package)
+            sides = {"pipeline": sides["pipeline"], "pipeline (baseline)": pipeline_command("baseline"), **sides}
+    cwd = {name: BASELINE if name == "pipeline (baseline)" and BASELINE else ROOT for name in sides}
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in sides}
     for name, cmd in sides.items():  # warm-up: page cache, imports, the pipeline's index
-        r = measure(cmd, sample=False)
+        r = measure(cmd, sample=False, cwd=cwd[name])
         if r["rc"] not in (0, 3):
             sys.exit(f"{name} failed (exit {r['rc']}):\n{r['output'][-4000:]}")
     memory: dict[str, dict[str, Any]] = {}
     for name, cmd in sides.items():  # one sampled run each: the sampler's CPU would slow the timed ones
-        r = measure(cmd)
+        r = measure(cmd, cwd=cwd[name])
         if r["rc"] not in (0, 3):
             sys.exit(f"{name} failed (exit {r['rc']}):\n{r['output'][-4000:]}")
         memory[name] = {k: v for k, v in r.items() if k != "output"}
     for _ in range(REPEATS):
         for name, cmd in sides.items():
-            r = measure(cmd, sample=False)
+            r = measure(cmd, sample=False, cwd=cwd[name])
             if r["rc"] not in (0, 3):
                 sys.exit(f"{name} failed (exit {r['rc']}):\n{r['output'][-4000:]}")
             runs[name].append({k: v for k, v in r.items() if k != "output"})
@@ -210,10 +230,10 @@ def main() -> None:
     }
     print(f"monthly median composite of {', '.join(BANDS)} on the cloudy fixture; {REPEATS} interleaved runs")
     print("peak memory, in a sampled run of its own: the process tree's summed PSS and RSS, the largest process")
-    print(f"{'tool':<10}{'median s':>10}{'sampled s':>11}{'PSS MB':>10}{'RSS MB':>10}{'1 proc MB':>11}")
+    print(f"{'tool':<20}{'median s':>10}{'sampled s':>11}{'PSS MB':>10}{'RSS MB':>10}{'1 proc MB':>11}")
     for name, m in medians.items():
         print(
-            f"{name:<10}{m['wall_s']:10.2f}{m['sampled_wall_s']:11.2f}{m['tree_pss_mb']:10.0f}{m['tree_rss_mb']:10.0f}"
+            f"{name:<20}{m['wall_s']:10.2f}{m['sampled_wall_s']:11.2f}{m['tree_pss_mb']:10.0f}{m['tree_rss_mb']:10.0f}"
             f"{m['peak_mb']:11.0f}"
         )
     result: dict[str, Any] = {"runs": runs, "memory_runs": memory, "medians": medians}
@@ -222,6 +242,17 @@ def main() -> None:
         result["pipeline_unavailable"] = why
     else:
         print(f"pipeline / odc-stac wall: {medians['pipeline']['wall_s'] / medians['odc-stac']['wall_s']:.3f}")
+        if BASELINE:
+            base = medians["pipeline (baseline)"]
+            identical = same_cube(f"{OUT}/pipeline.zarr", f"{OUT}/baseline.zarr")
+            print(
+                f"pipeline / baseline: wall {medians['pipeline']['wall_s'] / base['wall_s']:.3f}, "
+                f"tree PSS {medians['pipeline']['tree_pss_mb'] / base['tree_pss_mb']:.3f}; "
+                f"cubes bit-identical: {identical}"
+            )
+            result["baseline_identical"] = identical
+        pss = medians["pipeline"]["tree_pss_mb"] / medians["odc-stac"]["tree_pss_mb"]
+        print(f"pipeline / odc-stac tree PSS: {pss:.3f}")
         cmp = compare_composites(f"{OUT}/pipeline.zarr", f"{OUT}/odc.zarr")
         print_comparison(cmp)
         result["values"] = cmp

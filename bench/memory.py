@@ -1,8 +1,8 @@
 """Where a worker's memory goes: one process runs, on one thread, the partitions that one of ``N`` worker
 processes would run (``bench/split_run.py``'s split), then reports its resident memory after the warm-up
 and at the end, what Python and NumPy hold (``tracemalloc``: the coordinate-map cache, the judged mask
-windows, the rest), and the same run with GDAL's block cache bounded to 32 MB (``GDAL_CACHEMAX``), whose
-difference is what that cache held.
+windows, the rest), and the same run with GDAL's block cache bounded to 1 MB (``GDAL_CACHEMAX``; a worker's
+own bound is :data:`pipeline.execute.workers.WORKER_GDAL_CACHE_MB`), whose difference is what that cache held.
 
 ``python bench/memory.py [CONFIG] [N]`` (defaults: ``configs/cloudy.yaml``, 2); writes
 ``bench/results/memory.json``.
@@ -66,11 +66,11 @@ def main() -> None:
     config = os.path.join(ROOT, sys.argv[1] if len(sys.argv) > 1 else "configs/cloudy.yaml")
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     runs = {}
-    for name, env in (("default", {}), ("gdal_cache_32", {"GDAL_CACHEMAX": "32"})):
+    for name, env in (("default", {}), ("gdal_cache_1", {"GDAL_CACHEMAX": "1"})):
         cmd = [sys.executable, os.path.abspath(__file__), "--child", config, str(n)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, **env})
         runs[name] = json.loads(done.stdout.strip().splitlines()[-1])
-    d, c = runs["default"], runs["gdal_cache_32"]
+    d, c = runs["default"], runs["gdal_cache_1"]
     gdal = d["rss_end_mb"] - c["rss_end_mb"]
     rest = d["rss_end_mb"] - d["rss_warm_mb"] - d["traced_mb"] - gdal
     print(f"one of {n} workers on {os.path.relpath(config, ROOT)}, its share of the partitions on one thread:")
@@ -79,7 +79,7 @@ def main() -> None:
     print(f"    coordinate-map cache (MAPS)        {d['maps_mb']:7.0f} MB")
     print(f"    judged mask windows (MASKS)        {d['masks_mb']:7.0f} MB")
     print(f"    other Python/NumPy (tracemalloc)   {d['traced_mb'] - d['maps_mb'] - d['masks_mb']:7.0f} MB")
-    print(f"    GDAL's block cache (vs 32 MB cap)  {gdal:7.0f} MB")
+    print(f"    GDAL's block cache (vs a 1 MB cap) {gdal:7.0f} MB")
     print(f"    not traced (allocator, GDAL, ...)  {rest:7.0f} MB")
     print("saved", save_json("memory", {"config": config, "workers": n, "runs": runs}))
 

@@ -17,9 +17,13 @@ from pipeline.planning.grid import offset_transform
 from pipeline.planning.plan import SourceWindow
 from pipeline.resample.mask import dilate, drop_pixels, mask_window, sample_nearest
 
-MASK_CACHE_BYTES = 64 << 20
+MASK_CACHE_BYTES = 32 << 20
 """What a process keeps of judged mask windows and their samplings (one byte per pixel: a 1024-pixel
-chunk at 20 m over one Sentinel-2 tile keeps ~2 MB with its 10, 20 and 60 m samplings)."""
+chunk at 20 m over one Sentinel-2 tile keeps ~2 MB with its 10, 20 and 60 m samplings). The windows worth
+keeping are those of the chunks a worker has in hand: the process pool gives a chunk's bands to the
+worker that read their files (:func:`pipeline.execute.processes._pick`). On the cloudy composite 32 MiB
+opened as many files and spent as much mask time as 64 MiB, with ~30 MB less per worker
+(docs/performance.md); at 16 MiB, with partitions taken in plan order, 6x the mask reads."""
 
 MASK_ALIGN = 64
 """Mask windows are read rounded out to multiples of this many mask pixels, so that a chunk's bands at

@@ -85,7 +85,8 @@ def warm_up(
     ``log_level``: for the local cluster's workers, the level their ``distributed`` log handlers print
     at. Task errors are reported by the driver. ``ctx``, ``crs``: the run's store (its arrays are
     opened) and the tiles' CRSs (the transformers from the grid's CRS to theirs are made). ``local``:
-    a worker of the run's own cluster, whose allocator is tuned (:func:`pipeline.execute.workers.tune_malloc`).
+    a worker of the run's own cluster, whose allocator is tuned (:func:`pipeline.execute.workers.tune_malloc`)
+    and whose GDAL block cache is bounded (:func:`pipeline.execute.workers.bound_gdal_cache`).
     """
     netstats.clear_cache()  # a run reads objects as they are now (a long-lived process may hold old ones)
     if local:
@@ -93,6 +94,10 @@ def warm_up(
 
         tune_malloc()
     warm_libraries()
+    if local:
+        from pipeline.execute.workers import bound_gdal_cache
+
+        bound_gdal_cache()
     from pipeline.planning.grid import transform_points
 
     if ctx is not None:

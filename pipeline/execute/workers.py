@@ -50,6 +50,14 @@ ran 8x slower per call that way, and resampling 3.3x slower in a run (measured; 
 Performance). Spawned workers get them as environment variables; forked ones through
 :func:`tune_malloc`, since glibc reads its environment only when a process starts."""
 
+WORKER_GDAL_CACHE_MB = 32
+"""GDAL's block cache in local workers, MB (GDAL's default is 5% of the machine's memory: 1.2 GB on a 24 GB
+machine, and a worker's cache grew past 120 MB on the cloudy composite). A task reads each window once
+(mask windows are kept judged, :mod:`pipeline.execute.masks`), so the cache serves only the blocks a
+window's rows share; the composite at 32 MB took the same wall with ~100 MB less per worker
+(docs/performance.md). A ``GDAL_CACHEMAX`` in the environment is left to rule; remote reads take
+:data:`pipeline.storage.gdal.CLOUD_DEFAULTS`' own setting while they run."""
+
 _MALLOPT = {"MALLOC_TRIM_THRESHOLD_": -1, "MALLOC_MMAP_THRESHOLD_": -3}
 """glibc's mallopt() parameter numbers (M_TRIM_THRESHOLD, M_MMAP_THRESHOLD)."""
 
@@ -76,6 +84,24 @@ def tune_malloc() -> bool:
     except (OSError, AttributeError):  # not glibc (musl has no mallopt)
         return False
     return all(mallopt(_MALLOPT[k], v) == 1 for k, v in WORKER_MALLOC.items())
+
+
+def bound_gdal_cache() -> int | None:
+    """Bound GDAL's block cache in this process: to ``GDAL_CACHEMAX`` where the environment sets it (MB,
+    or bytes from 100000 up, as GDAL reads it; a percentage is left to GDAL), else to
+    :data:`WORKER_GDAL_CACHE_MB`. Set now, not read from the environment when GDAL first caches a block: a
+    forked worker's GDAL did that in the fork server, under the server's environment. The bound in bytes,
+    or None where it was left as it is. Blocks cached beyond a new bound are flushed as they go."""
+    value = os.environ.get("GDAL_CACHEMAX", str(WORKER_GDAL_CACHE_MB)).strip()
+    try:
+        number = int(value)
+    except ValueError:
+        return None
+    from rasterio.env import set_gdal_config
+
+    bound = number << 20 if number < 100_000 else number
+    set_gdal_config("GDAL_CACHEMAX", bound)  # an int: rasterio sets it in bytes
+    return bound
 
 
 _CONFIG_ENV = "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD"
