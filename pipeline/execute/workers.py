@@ -55,8 +55,8 @@ WORKER_GDAL_CACHE_MB = 32
 machine, and a worker's cache grew past 120 MB on the cloudy composite). A task reads each window once
 (mask windows are kept judged, :mod:`pipeline.execute.masks`), so the cache serves only the blocks a
 window's rows share; the composite at 32 MB took the same wall with ~100 MB less per worker
-(docs/performance.md). A ``GDAL_CACHEMAX`` in the environment is left to rule; remote reads take
-:data:`pipeline.storage.gdal.CLOUD_DEFAULTS`' own setting while they run."""
+(docs/performance.md). A ``GDAL_CACHEMAX`` in the environment is left to rule; remote reads use the same cache (their
+bytes are cached apart, by ``CPL_VSIL_CURL_CACHE_SIZE``: :data:`pipeline.storage.gdal.CLOUD_DEFAULTS`)."""
 
 _MALLOPT = {"MALLOC_TRIM_THRESHOLD_": -1, "MALLOC_MMAP_THRESHOLD_": -3}
 """glibc's mallopt() parameter numbers (M_TRIM_THRESHOLD, M_MMAP_THRESHOLD)."""

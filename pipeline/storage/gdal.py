@@ -21,7 +21,6 @@ CLOUD_DEFAULTS: dict[str, Any] = {
     "GDAL_HTTP_CONNECTTIMEOUT": "10",
     "VSI_CACHE": "TRUE",
     "VSI_CACHE_SIZE": str(64 * 1024 * 1024),
-    "GDAL_CACHEMAX": 256,  # MB of block cache per process (rasterio wants an int here)
     # Few, large requests: a request to a bucket waits ~25 ms before its first byte, in which ~2 MB more
     # would have streamed. An open fetches the first 2 MB (a COG's header, then its overviews' tiles: all
     # of a small file), reads go through GDAL's cache of 2 MB chunks (128 MB a process) one range at a time
