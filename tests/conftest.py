@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -8,7 +9,62 @@ import pytest
 
 from pipeline.config import load_config
 from pipeline.tools.fixtures import write_fixtures
-from tests.helpers import write_config
+from tests.helpers import running_alone, suite_lock, use_suite_lock, write_config, written_once
+
+# The suite runs on pytest-xdist's workers (`make test`: -n auto --dist loadfile, each file on one worker).
+# The scheduler hands out files in collection order, so these, the slowest (`--durations`, docs/development.md),
+# go first: the last to finish is then a short one. Others keep their order, after these.
+SLOW_FILES_FIRST = (
+    "test_readme.py",
+    "test_scale.py",
+    "test_diagnostics.py",
+    "test_realworld.py",
+    "test_s3_runs.py",
+    "test_resume.py",
+    "test_end_to_end.py",
+    "test_s3_inputs.py",
+    "test_failures.py",
+    "test_processes.py",
+    "test_progress.py",
+    "test_start.py",
+    "test_output_store.py",
+    "test_cloudy_fixture.py",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Under pytest-xdist each worker's base temp folder is <session>/popen-gwN: the lock lives in <session>.
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    use_suite_lock(Path(config.option.basetemp).parent if worker and config.option.basetemp else None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # one process: the files in their usual order
+    rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's tests keep their order
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Every test holds the suite lock shared from its setup to its teardown, so that one asking for the
+    ``alone`` fixture runs with no other test beside it (tests.helpers.SuiteLock)."""
+    lock = suite_lock()
+    lock.share()
+    try:
+        return (yield)
+    finally:
+        lock.unshare()
+
+
+@pytest.fixture
+def alone() -> Iterator[None]:
+    """No other test of the suite runs while this one does (under pytest-xdist the other workers wait).
+    For tests that judge shares of time in a real run (the diagnostics' chunk_size, task_overhead,
+    long_tail), which another worker's load would move: ask for it after the fixtures that only write
+    files, so that their writing runs beside other tests."""
+    with running_alone():
+        yield
 
 
 def _cupy_device() -> bool:
@@ -33,10 +89,8 @@ def xp(request: pytest.FixtureRequest) -> Any:
 
 @pytest.fixture(scope="session")
 def small_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The small preset, written once per session."""
-    out = tmp_path_factory.mktemp("fixtures") / "small"
-    write_fixtures(out, "small", seed=0)
-    return out
+    """The small preset, written once per session (once for all pytest-xdist workers)."""
+    return written_once(tmp_path_factory, "small", lambda out: write_fixtures(out, "small", seed=0))
 
 
 @pytest.fixture
