@@ -93,6 +93,29 @@ def small_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return written_once(tmp_path_factory, "small", lambda out: write_fixtures(out, "small", seed=0))
 
 
+ROOT = Path(__file__).parent.parent
+SMALL_CUBE_64_SETS = ("execution.partition_mb=0.05", "output.chunks={y: 64, x: 64}")
+
+
+@pytest.fixture(scope="session")
+def casestudy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The casestudy preset (192 COGs of 10.98 km: the case study at 1/1000): the one `make fixtures` wrote
+    under data_fixtures/, else written once per session (~40 s of CPU: ask for it only for real sizes)."""
+    made = ROOT / "data_fixtures" / "casestudy"
+    if len(list(made.glob("*/*.tif"))) >= 192:
+        return made
+    return written_once(tmp_path_factory, "casestudy", lambda out: write_fixtures(out, "casestudy", seed=0))
+
+
+@pytest.fixture(scope="session")
+def virtual_casestudy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The case study at full scale without the pixels: a 192,000-tile index of the casestudy layout and
+    its config.yaml (``pipeline fixtures --index-only``; ``pipeline demo`` plans the same), written once."""
+    from pipeline.tools.fixtures import write_virtual_index
+
+    return written_once(tmp_path_factory, "casestudy-full", lambda out: write_virtual_index(out, "casestudy", 192_000))
+
+
 @pytest.fixture
 def small_config(tmp_path: Path, small_dir: Path) -> Any:
     """Factory: a validated config for the small fixture, with ``--set`` style overrides."""
@@ -100,6 +123,25 @@ def small_config(tmp_path: Path, small_dir: Path) -> Any:
     def make(*overrides: str, **sections: Any) -> Any:
         path = write_config(tmp_path, os.path.join(small_dir, "**", "*.tif"), **sections)
         return load_config(path, list(overrides))
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def small_cube_64(tmp_path_factory: pytest.TempPathFactory, small_dir: Path) -> Any:
+    """Factory: the small fixture's cube at 64² chunks in partitions of 0.05 MB (``SMALL_CUBE_64_SETS``), in
+    Zarr format 3 or 2, made once per session by an uninterrupted in-process run: the reference for runs
+    killed, interrupted, resumed or written elsewhere (a cube depends on no worker count or scheduler)."""
+    from pipeline.execute.runner import run
+
+    def make(zarr_format: int = 3) -> Path:
+        def write(folder: Path) -> None:
+            folder.mkdir(parents=True)
+            path = write_config(folder, str(small_dir / "**" / "*.tif"))
+            sets = [*SMALL_CUBE_64_SETS, f"output.zarr_format={zarr_format}"]
+            assert run(load_config(path, sets)).exit_code == 0
+
+        return written_once(tmp_path_factory, f"small-cube-64-v{zarr_format}", write) / "out.zarr"
 
     return make
 

@@ -432,17 +432,15 @@ def test_checks_on_task_times_need_enough_tasks(clean: dict[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def real_tiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Tiles at the case study's real size (10.98 km, 2x2 per zone, two zones), two bands, two dates."""
-    from pipeline.tools import fixtures
-
+def real_tiles(tmp_path_factory: pytest.TempPathFactory, casestudy_dir: Path) -> Path:
+    """Tiles at the case study's real size (10.98 km, 2x2 per zone, two zones), two bands, two dates: the
+    casestudy fixture's B02 and B11 (links to them)."""
     out = tmp_path_factory.mktemp("real") / "tiles"
-    preset = fixtures.Preset(
-        bands=("B02", "B11"), tile_m=10980, tiles_per_zone_xy=(2, 2), dates=("2024-06-01", "2024-06-11"), overlap_m=960
-    )
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(fixtures.PRESETS, "real-two-bands", preset)
-        fixtures.write_fixtures(out, "real-two-bands")
+    for tif in sorted(casestudy_dir.glob("*/*.tif")):
+        if tif.stem.endswith(("_B02", "_B11")):
+            (out / tif.parent.name).mkdir(parents=True, exist_ok=True)
+            (out / tif.parent.name / tif.name).symlink_to(tif.resolve())
+    assert len(list(out.glob("*/*.tif"))) == 32  # 2 zones x 2x2 tiles x 2 bands x 2 dates
     return out
 
 
