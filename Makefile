@@ -20,8 +20,8 @@ $(STAMP): pyproject.toml pipeline/resample/_fused.c  # (pip builds the compiled 
 
 install: $(STAMP)  ## make .venv and install the project with dev tools
 
-test: $(STAMP) browser  ## run the test suite
-	$(BIN)/python -m pytest -q
+test: $(STAMP) browser  ## run the test suite, one file per core at a time (docs/development.md)
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
 
 browser:  # headless Chromium for the HTML report test (Debian's package; skipped where it cannot install)
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \

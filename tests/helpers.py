@@ -109,3 +109,123 @@ def serve_stac(parquet: Path) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+# --- one session over several pytest-xdist workers --------------------------------------------------------
+
+
+def session_folder(tmp_path_factory: Any) -> Path:
+    """The folder every worker of this test session shares: the session's base temp folder, or under
+    pytest-xdist its parent (each worker's is ``<session>/popen-gwN``)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``path`` (made if missing), held for the block, across processes."""
+    import fcntl
+
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def written_once(tmp_path_factory: Any, name: str, write: Any) -> Path:
+    """``session_folder/name``, made by ``write(folder)`` once per test session: the first worker to ask
+    writes it while the others wait, then all read the same files (a session fixture's files, under
+    pytest-xdist as without it). A write that failed is redone by the next to ask."""
+    import shutil
+
+    root = session_folder(tmp_path_factory) / "shared"
+    root.mkdir(exist_ok=True)
+    out, done = root / name, root / f"{name}.done"
+    with file_lock(root / f"{name}.lock"):
+        if not done.exists():
+            if out.exists():
+                shutil.rmtree(out)
+            write(out)
+            done.touch()
+    return out
+
+
+class SuiteLock:
+    """Lets a test run with nothing else of the suite running beside it (:meth:`alone`): every other test
+    holds the lock shared (:meth:`share`, for its whole setup, call and teardown; the conftest's hook), and
+    a test that must be alone waits until the tests running on the other workers end, and holds theirs
+    back until it is done. A turnstile keeps the one waiting to be alone from being starved by tests that
+    keep starting. No-ops without pytest-xdist (one test at a time anyway)."""
+
+    def __init__(self, folder: Path | None) -> None:
+        # Held open for the worker's life (the locks are the open files'); closed as the process ends.
+        self._files = None
+        if folder is not None:
+            self._files = (open(folder / "suite.lock", "a+"), open(folder / "turn.lock", "a+"))  # noqa: SIM115
+        self._shared = False
+        self._alone = 0
+
+    def share(self) -> None:
+        import fcntl
+
+        if self._files is None or self._alone:
+            return
+        suite, turn = self._files
+        fcntl.flock(turn, fcntl.LOCK_EX)  # not while one waits to be alone, or is
+        fcntl.flock(suite, fcntl.LOCK_SH)
+        fcntl.flock(turn, fcntl.LOCK_UN)
+        self._shared = True
+
+    def unshare(self) -> None:
+        import fcntl
+
+        if self._files is not None and self._shared and not self._alone:
+            fcntl.flock(self._files[0], fcntl.LOCK_UN)
+            self._shared = False
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        import fcntl
+
+        if self._files is None or self._alone:
+            self._alone += 1
+            try:
+                yield
+            finally:
+                self._alone -= 1
+            return
+        suite, turn = self._files
+        if self._shared:  # let go first: two workers each waiting to be alone while holding theirs would deadlock
+            fcntl.flock(suite, fcntl.LOCK_UN)
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        fcntl.flock(suite, fcntl.LOCK_EX)
+        self._alone = 1
+        try:
+            yield
+        finally:
+            self._alone = 0
+            fcntl.flock(suite, fcntl.LOCK_SH if self._shared else fcntl.LOCK_UN)
+            fcntl.flock(turn, fcntl.LOCK_UN)
+
+
+_suite_lock = SuiteLock(None)
+
+
+def use_suite_lock(folder: Path | None) -> SuiteLock:
+    """The session's :class:`SuiteLock` (the conftest makes it as each worker starts)."""
+    global _suite_lock
+    _suite_lock = SuiteLock(folder)
+    return _suite_lock
+
+
+def suite_lock() -> SuiteLock:
+    """The session's :class:`SuiteLock`."""
+    return _suite_lock
+
+
+def running_alone() -> contextlib.AbstractContextManager[None]:
+    """The block runs with no other test of the suite running (for module fixtures whose runs are judged
+    on shares of time; a test asks for the ``alone`` fixture)."""
+    return _suite_lock.alone()

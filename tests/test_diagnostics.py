@@ -17,7 +17,7 @@ from rasterio.transform import from_origin
 from pipeline.config import load_config
 from pipeline.execute.runner import run
 from pipeline.report.diagnostics import compute_diagnostics
-from tests.helpers import write_config
+from tests.helpers import running_alone, write_config
 
 
 def statuses(report: dict[str, Any]) -> dict[str, str]:
@@ -34,7 +34,8 @@ def clean(tmp_path_factory: pytest.TempPathFactory, small_dir: Path) -> dict[str
     # 256² chunks: at 128² (32 KiB) this machine's fixed cost per chunk is ~25% of a chunk's time, at the
     # chunk_size check's 30% edge, so a quiet moment tips it over
     cfg = load_config(write_config(folder, str(small_dir / "**" / "*.tif")), ["output.chunks={y: 256, x: 256}"])
-    return run(cfg).report
+    with running_alone():  # judged on shares of its time: no other test's load beside it
+        return run(cfg).report
 
 
 def test_clean_run_warns_on_nothing(clean: dict[str, Any]) -> None:
@@ -87,20 +88,21 @@ def test_one_huge_tile_warns_long_tail_and_overviews_remove_it(tmp_path: Path, s
     # evenly and end together (the tail holds nothing up, and long_tail says so); on 4, the worst keeps
     # one worker busy long after the other three are done.
     settings = ["execution.partition_mb=0.05", "execution.scheduler=threads", "execution.workers=4"]
-    report = run(load_config(cfg_path, ["resampling=mode", *settings])).report
-    assert "long_tail" in warned(report), report["diagnostics"]
-    huge = [s for s in report["stragglers"] if s["cost_bytes"] > 20e6]  # the chunks under the fine tile
-    assert huge and report["stragglers"][0] in huge  # found, and the worst of the tail
-    said = advice(report, "long_tail")
-    assert "far finer than the grid" in said and "overviews" in said
-    # Following it: overviews on the fine tile, a resampling that reads them. (Smaller chunks, the other
-    # advice, left the warning: the fine tile's chunks stay ~100x the median however they are cut.)
-    from rasterio.enums import Resampling
+    with running_alone():  # the tail is judged on its share of the run's time: no other test's load beside it
+        report = run(load_config(cfg_path, ["resampling=mode", *settings])).report
+        assert "long_tail" in warned(report), report["diagnostics"]
+        huge = [s for s in report["stragglers"] if s["cost_bytes"] > 20e6]  # the chunks under the fine tile
+        assert huge and report["stragglers"][0] in huge  # found, and the worst of the tail
+        said = advice(report, "long_tail")
+        assert "far finer than the grid" in said and "overviews" in said
+        # Following it: overviews on the fine tile, a resampling that reads them. (Smaller chunks, the other
+        # advice, left the warning: the fine tile's chunks stay ~100x the median however they are cut.)
+        from rasterio.enums import Resampling
 
-    with rasterio.open(data / "2024-06-01" / "T32A0_B02z.tif", "r+") as ds:
-        ds.build_overviews([2, 4, 8, 16, 32, 64], Resampling.average)
-    fixed = run(load_config(cfg_path, ["resampling=average", *settings]), overwrite=True).report
-    assert "long_tail" not in warned(fixed), fixed["diagnostics"]
+        with rasterio.open(data / "2024-06-01" / "T32A0_B02z.tif", "r+") as ds:
+            ds.build_overviews([2, 4, 8, 16, 32, 64], Resampling.average)
+        fixed = run(load_config(cfg_path, ["resampling=average", *settings]), overwrite=True).report
+        assert "long_tail" not in warned(fixed), fixed["diagnostics"]
 
 
 def test_single_worker_warns_workers_used(tmp_path: Path, small_dir: Path) -> None:
@@ -232,10 +234,11 @@ def suggested(text: str, key: str) -> str:
 
 
 @pytest.fixture
-def chunk_cost_now(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def chunk_cost_now(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, alone: None) -> None:
     """This machine's fixed cost per chunk measured now, for this test alone: the one cached in the home
     folder was measured under another load (this 2-core guest's speed moves 10-20% within minutes, and
-    late in a full suite more), and a run judged against it lands either side of the 30% share."""
+    late in a full suite more), and a run judged against it lands either side of the 30% share. No other
+    test runs from the measurement to the test's end (``alone``: the runs are judged against it)."""
     from pipeline.execute import chunkcost
 
     monkeypatch.setattr(chunkcost, "CACHE", str(tmp_path / "chunk_cost.json"))
@@ -253,7 +256,7 @@ def test_tiny_chunks_warn_chunk_size_and_its_advice_removes_it(tmp_path: Path, s
     assert "chunk_size" not in warned(fixed), fixed["diagnostics"]
 
 
-def test_tiny_partitions_advice_removes_task_overhead(tmp_path: Path, small_dir: Path) -> None:
+def test_tiny_partitions_advice_removes_task_overhead(tmp_path: Path, small_dir: Path, alone: None) -> None:
     path = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
     common = ["output.chunks={y: 32, x: 32}", "execution.scheduler=local-cluster"]
     report = run(load_config(path, [*common, "execution.partition_mb=0.002"])).report
@@ -263,7 +266,9 @@ def test_tiny_partitions_advice_removes_task_overhead(tmp_path: Path, small_dir:
     assert float(mb) > 0.002 and "task_overhead" not in warned(fixed), fixed["diagnostics"]
 
 
-def test_huge_partitions_warn_partition_size_and_its_advice_removes_it(tmp_path: Path, small_dir: Path) -> None:
+def test_huge_partitions_warn_partition_size_and_its_advice_removes_it(
+    tmp_path: Path, small_dir: Path, alone: None
+) -> None:
     # An 8 m grid (6x the pixels of the usual 20 m): the one task must run well over MIN_SPLIT_S on a fast
     # machine too (1.4 s here; at 20 m it took 0.27 s, a run too small for the check to judge).
     path = write_config(
@@ -276,7 +281,7 @@ def test_huge_partitions_warn_partition_size_and_its_advice_removes_it(tmp_path:
     assert len(fixed["tasks"]) >= 2 and "partition_size" not in warned(fixed), fixed["diagnostics"]
 
 
-def test_one_worker_advice_removes_workers_used(tmp_path: Path, small_dir: Path) -> None:
+def test_one_worker_advice_removes_workers_used(tmp_path: Path, small_dir: Path, alone: None) -> None:
     path = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
     report = run(load_config(path, ["execution.workers=1"])).report
     assert "workers_used" in warned(report)
@@ -427,17 +432,15 @@ def test_checks_on_task_times_need_enough_tasks(clean: dict[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def real_tiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Tiles at the case study's real size (10.98 km, 2x2 per zone, two zones), two bands, two dates."""
-    from pipeline.tools import fixtures
-
+def real_tiles(tmp_path_factory: pytest.TempPathFactory, casestudy_dir: Path) -> Path:
+    """Tiles at the case study's real size (10.98 km, 2x2 per zone, two zones), two bands, two dates: the
+    casestudy fixture's B02 and B11 (links to them)."""
     out = tmp_path_factory.mktemp("real") / "tiles"
-    preset = fixtures.Preset(
-        bands=("B02", "B11"), tile_m=10980, tiles_per_zone_xy=(2, 2), dates=("2024-06-01", "2024-06-11"), overlap_m=960
-    )
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(fixtures.PRESETS, "real-two-bands", preset)
-        fixtures.write_fixtures(out, "real-two-bands")
+    for tif in sorted(casestudy_dir.glob("*/*.tif")):
+        if tif.stem.endswith(("_B02", "_B11")):
+            (out / tif.parent.name).mkdir(parents=True, exist_ok=True)
+            (out / tif.parent.name / tif.name).symlink_to(tif.resolve())
+    assert len(list(out.glob("*/*.tif"))) == 32  # 2 zones x 2x2 tiles x 2 bands x 2 dates
     return out
 
 

@@ -83,17 +83,19 @@ def test_the_client_snippet_runs_as_a_script(workdir: Path) -> None:
     assert r.stdout.strip().startswith("tcp://127.0.0.1:")
 
 
-def test_the_demo_answers_the_case_studys_question_once(tmp_path: Path) -> None:
+def test_the_demo_answers_the_case_studys_question_once(
+    tmp_path: Path, casestudy_dir: Path, virtual_casestudy: Path
+) -> None:
     """``pipeline demo`` prints one projection, labelled as the answer to "what would 7 TB in 3 minutes
-    take", and says plainly when there is no GPU."""
+    take", and says plainly when there is no GPU. Its two fixtures are the session's (the demo finds them
+    made, as after `make fixtures` or an earlier demo)."""
     from pipeline.tools.demo import run_demo
 
     (tmp_path / "configs").mkdir()
     shutil.copy(ROOT / "configs" / "casestudy.yaml", tmp_path / "configs" / "casestudy.yaml")
     (tmp_path / "data_fixtures").mkdir()
-    made = ROOT / "data_fixtures" / "casestudy"
-    if (made / "2024-06-11").is_dir():  # `make fixtures` wrote it: reuse it (else the demo writes its own)
-        (tmp_path / "data_fixtures" / "casestudy").symlink_to(made, target_is_directory=True)
+    (tmp_path / "data_fixtures" / "casestudy").symlink_to(casestudy_dir, target_is_directory=True)
+    (tmp_path / "data_fixtures" / "casestudy-full").symlink_to(virtual_casestudy, target_is_directory=True)
     lines: list[str] = []
     assert run_demo(str(tmp_path), echo=lines.append) in (0, 3)
     text = "\n".join(lines)

@@ -196,7 +196,7 @@ def test_a_bucket_read_many_at_once_gives_the_local_cube_bit_for_bit(
 
 
 def test_latency_bound_warns_at_one_read_in_flight_and_its_advice_clears_it(
-    tmp_path: Path, s3_server: Any, s3_bucket: str, tiles: list[str]
+    tmp_path: Path, s3_server: Any, s3_bucket: str, tiles: list[str], alone: None
 ) -> None:
     with LatencyProxy(s3_server.endpoint_url, 0.025) as proxy:
         one = run(s3_config(tmp_path / "one", s3_bucket, proxy.url, "execution.io_concurrency=1"))

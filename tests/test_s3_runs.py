@@ -21,14 +21,13 @@ from tests.helpers import write_config
 from tests.s3server import free_port, upload_tree
 from tests.test_output_store import _cube_objects
 
-SETS = ["output.chunks={y: 64, x: 64}", "execution.partition_mb=0.05"]
+SETS = ["output.chunks={y: 64, x: 64}", "execution.partition_mb=0.05"]  # the small_cube_64 fixture's
 
 
-def _local_cube(tmp_path: Path, small_dir: Path, *sets: str) -> dict[str, bytes]:
-    folder = tmp_path / "local"
-    folder.mkdir()
-    assert run(load_config(write_config(folder, str(small_dir / "**" / "*.tif")), list(sets))).exit_code == 0
-    return _cube_objects(str(folder / "out.zarr"), StorageConfig())
+@pytest.fixture
+def local_cube(small_cube_64: Any) -> dict[str, bytes]:
+    """The objects of the local run's cube at SETS (the session's reference, run once)."""
+    return _cube_objects(str(small_cube_64()), StorageConfig())
 
 
 def _s3_config_file(tmp_path: Path, inputs: str, url: str, endpoint: str) -> Path:
@@ -54,7 +53,7 @@ def _journal(client: Any, bucket: str, prefix: str) -> int:
 
 
 def test_sigkill_during_an_s3_write_then_resume_gives_the_same_cube(
-    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str
+    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str, local_cube: dict[str, bytes]
 ) -> None:
     url = f"s3://{s3_bucket}/cube.zarr"
     cfg = _s3_config_file(tmp_path, str(small_dir / "**" / "*.tif"), url, s3_server.endpoint_url)
@@ -90,11 +89,11 @@ def test_sigkill_during_an_s3_write_then_resume_gives_the_same_cube(
     report = json.loads((tmp_path / "s3" / "report.json").read_text())
     assert report["plan"]["resumed_done"] >= done_before >= 3
     assert len(report["tasks"]) == report["plan"]["partitions"] - report["plan"]["resumed_done"]
-    _assert_same(_cube_objects(url, storage), _local_cube(tmp_path, small_dir, *SETS))
+    _assert_same(_cube_objects(url, storage), local_cube)
 
 
 def test_a_dask_cluster_of_separate_processes_writes_the_bucket(
-    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str
+    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str, local_cube: dict[str, bytes]
 ) -> None:
     """``dask scheduler`` and two ``dask worker`` processes; the credentials are in their environment
     (their AWS chain), never in the task graph or the report."""
@@ -140,7 +139,7 @@ def test_a_dask_cluster_of_separate_processes_writes_the_bucket(
         assert len({t["worker"] for t in result.report["tasks"]}) == 2
         assert os.environ["AWS_SECRET_ACCESS_KEY"] not in json.dumps(result.report, default=str)
         storage = StorageConfig(endpoint_url=s3_server.endpoint_url)
-        _assert_same(_cube_objects(url, storage), _local_cube(tmp_path, small_dir, *SETS))
+        _assert_same(_cube_objects(url, storage), local_cube)
     finally:
         for p in reversed(procs):
             p.terminate()
@@ -152,7 +151,7 @@ def test_a_dask_cluster_of_separate_processes_writes_the_bucket(
 
 
 def test_s3_inputs_to_s3_output_give_the_local_cube(
-    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str
+    tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str, local_cube: dict[str, bytes]
 ) -> None:
     """Tiles in the bucket, cube in the bucket. Needs ``s3://`` globs and reads on the input side
     (catalog.py, read.py); skipped, saying so, where those are not there."""
@@ -168,7 +167,7 @@ def test_s3_inputs_to_s3_output_give_the_local_cube(
     assert result.exit_code == 0, result.report["inputs"]["skipped"]
     storage = StorageConfig(endpoint_url=s3_server.endpoint_url)
     ours = _cube_objects(url, storage)
-    ref = _local_cube(tmp_path, small_dir, *SETS)
+    ref = dict(local_cube)
     ours.pop("attrs"), ref.pop("attrs")  # the settings name the input glob: the cube's bytes do not
     _assert_same(ours, ref)
 

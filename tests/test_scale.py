@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import pickle
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -13,21 +12,26 @@ import pytest
 
 from pipeline.config import load_config
 from pipeline.execute.runner import plan_run, run
-from pipeline.tools.fixtures import write_virtual_index
 from tests.helpers import write_config
 
 FULL = 192_000
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, timeout=600)
+    """``pipeline ARGS`` in this process (click's runner: the same command, its exit code, stdout and
+    stderr, without a second interpreter importing the project for each call)."""
+    from click.testing import CliRunner
+
+    from pipeline.cli import main
+
+    r = CliRunner().invoke(main, list(args))
+    return subprocess.CompletedProcess(list(args), r.exit_code, r.stdout, r.stderr)
 
 
 @pytest.fixture(scope="module")
-def virtual(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("virtual")
-    write_virtual_index(out, "casestudy", FULL)
-    return out
+def virtual(virtual_casestudy: Path) -> Path:
+    """The 192,000-tile index (the session's: the demo's test plans it too)."""
+    return virtual_casestudy
 
 
 def test_index_only_fixture_from_the_cli(tmp_path: Path) -> None:
