@@ -252,9 +252,28 @@ def run(
     """
     show = progress_for(progress)
     try:
+        if config.output.engine == "icechunk":
+            return _versioned(config, client, overwrite, resume, show, shuffle_seed, switches, update, dry_run)
         return _run(config, client, overwrite, resume, show, shuffle_seed, switches, update, dry_run)
     finally:
         show.close()
+
+
+def _versioned(config: Config, *args: Any) -> RunResult:
+    """``output.engine: icechunk``: the run or update on the working copy, then one commit of what it changed
+    (:mod:`pipeline.store.icechunk_engine`); a dry run commits nothing."""
+    from pipeline.store.icechunk_engine import commit_cube, commit_message, repository, work_path
+
+    repo = config.output.path
+    if not args[-1]:  # Icechunk creates a repository only where nothing is: before the working copy
+        repository(repo, config.storage, create=True)
+    output = config.output.model_copy(update={"path": work_path(repo)})
+    result = _run(config.model_copy(update={"output": output}), *args)
+    if not args[-1]:  # dry_run
+        snapshot = commit_cube(repo, config.storage, commit_message(result.report, args[-2]))
+        result.report["output"] = {**result.report["output"], "path": repo, "snapshot": snapshot}
+    result.config = config
+    return result
 
 
 def _run(
