@@ -15,7 +15,7 @@ import numpy as np
 
 from pipeline import __version__
 from pipeline.config import Config, is_url
-from pipeline.errors import PYTHON_SWITCHES, StoreError, Switches
+from pipeline.errors import PYTHON_SWITCHES, ConfigError, StoreError, Switches
 from pipeline.execute.chunkcost import chunk_cost as chunk_cost_now
 from pipeline.execute.chunkcost import planned_chunk, small_chunks
 from pipeline.execute.context import TaskContext
@@ -265,6 +265,8 @@ def _versioned(config: Config, *args: Any) -> RunResult:
     from pipeline.store.icechunk_engine import commit_cube, commit_message, repository, work_path
 
     repo = config.output.path
+    if config.output.zarr_format != 3:
+        raise ConfigError("output.zarr_format", "an Icechunk repository holds Zarr v3: set output.zarr_format: 3")
     if not args[-1]:  # Icechunk creates a repository only where nothing is: before the working copy
         repository(repo, config.storage, create=True)
     output = config.output.model_copy(update={"path": work_path(repo)})

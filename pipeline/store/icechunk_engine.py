@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -85,6 +86,13 @@ def repository(path: str, storage: Storage | None, create: bool = False) -> Any:
         raise
     except Exception as e:
         raise StoreError(f"{path}: not an Icechunk repository ({redact(str(e).splitlines()[0])})") from None
+
+
+def is_repository(path: str, storage: Storage | None) -> bool:
+    """Whether ``path`` holds an Icechunk repository (its working copy, which this engine keeps, is the sign)."""
+    if scheme(path) == "file":
+        return os.path.isfile(os.path.join(work_path(path), "zarr.json"))
+    return read_bytes(output_store(work_path(path), storage), "zarr.json") is not None
 
 
 def _run(coro: Any) -> Any:

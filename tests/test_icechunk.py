@@ -1,0 +1,172 @@
+"""``output.engine: icechunk``: a run and each update are one commit each, ``pipeline history`` lists them,
+``pipeline.open(path, version=...)`` opens an older one, ``pipeline rollback`` makes it the cube again; the
+pixels are the ``zarr`` engine's bit for bit; a reader polling during an update that inserts a date and
+recomputes another (which the ``zarr`` engine shows half done) sees the old cube or the new one, never a mix."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import xarray as xr
+from click.testing import CliRunner
+
+import pipeline
+from pipeline.cli import main
+from tests.test_update import GATED, add_date, config, make_inputs, rewrite_tile
+
+pytest.importorskip("icechunk")
+
+Cube = dict[str, dict[str, np.ndarray]]
+
+
+def values(ds: xr.Dataset) -> Cube:
+    """Every band's pixels by date."""
+    return {str(t)[:10]: {b: ds[b].isel(time=i).values for b in ds.data_vars} for i, t in enumerate(ds.time.values)}
+
+
+def same(a: Cube, b: Cube) -> bool:
+    """The same dates, bands and bits."""
+    return a.keys() == b.keys() and all(
+        a[t].keys() == b[t].keys() and all(a[t][k].tobytes() == b[t][k].tobytes() for k in a[t]) for t in a
+    )
+
+
+def icechunk_config(tmp_path: Path, inputs: Path, *sets: str) -> Any:
+    return config(tmp_path, inputs, "cube", "output.engine=icechunk", *sets)
+
+
+def write_yaml(tmp_path: Path, inputs: Path) -> Path:
+    from tests.helpers import write_config
+
+    (tmp_path / "cli").mkdir(exist_ok=True)
+    path = write_config(
+        tmp_path / "cli",
+        str(inputs / "**" / "*.tif"),
+        execution={"scheduler": "threads"},
+        output={"path": str(tmp_path / "cube"), "engine": "icechunk"},
+    )
+    return Path(path)
+
+
+def test_run_update_history_open_rollback(tmp_path: Path, small_dir: Path) -> None:
+    inputs = make_inputs(tmp_path, small_dir)
+    cfg = icechunk_config(tmp_path, inputs)
+    r = pipeline.run(cfg)
+    first = r.report["output"]["snapshot"]
+    old = values(pipeline.open(cfg.output.path))
+    assert list(old) == ["2024-06-01", "2024-06-11"]
+
+    add_date(inputs, small_dir, "2024-06-05")  # inserted before a date of the cube
+    rewrite_tile(sorted((inputs / "2024-06-11").glob("*_B02.tif"))[0])  # and one date recomputed
+    u = pipeline.update(cfg)
+    assert u.report["update"]["added"] == ["2024-06-05T00:00:00"]
+    assert u.report["update"]["recomputed"] == ["2024-06-11T00:00:00"]
+    second = u.report["output"]["snapshot"]
+    assert second and second != first
+
+    cfg_file = write_yaml(tmp_path, inputs)
+    shown = CliRunner().invoke(main, ["history", str(cfg_file), "--json"])
+    assert shown.exit_code == 0, shown.output
+    import json
+
+    rows = json.loads(shown.output)
+    assert [row["snapshot"] for row in rows[:2]] == [second, first]  # one commit each, newest first
+    assert rows[0]["message"] == "update: added 1 date (2024-06-05); recomputed 1 date (2024-06-11)"
+    assert rows[1]["message"] == "run: 2 dates"
+
+    new = values(pipeline.open(cfg.output.path))
+    zarr_engine = pipeline.run(config(tmp_path, inputs, "plain.zarr"))
+    assert same(new, values(zarr_engine.open()))  # the zarr engine's pixels, bit for bit
+    assert same(values(pipeline.open(cfg.output.path, version=first)), old)
+    assert not same(new, old)
+
+    again = pipeline.update(cfg)  # nothing new: no chunk, no commit
+    assert again.report["output"]["chunks_written"] == 0 and again.report["output"]["snapshot"] is None
+
+    rolled = CliRunner().invoke(main, ["rollback", str(cfg_file), first])
+    assert rolled.exit_code == 0, rolled.output
+    assert same(values(pipeline.open(cfg.output.path)), old)
+    assert json.loads(CliRunner().invoke(main, ["history", str(cfg_file), "--json"]).output)[0]["snapshot"] == first
+    bad = CliRunner().invoke(main, ["rollback", str(cfg_file), "0" * 20])
+    assert bad.exit_code == 2 and "pipeline history" in bad.output
+
+    # the working copy was rolled back too: the next update redoes the insert and the recompute
+    redo = pipeline.update(cfg)
+    assert redo.report["update"]["added"] == ["2024-06-05T00:00:00"]
+    assert redo.report["update"]["recomputed"] == ["2024-06-11T00:00:00"]
+    assert same(values(pipeline.open(cfg.output.path)), new)
+
+
+@pytest.mark.parametrize("reader", ["repository", "working copy"])
+def test_readers_never_see_a_mix(tmp_path: Path, small_dir: Path, monkeypatch: pytest.MonkeyPatch, reader: str) -> None:
+    """A date recomputed in place: a reader of the plain Zarr working copy (what the zarr engine gives) sees
+    it half done; the repository's reader sees the run's commit or the update's, each whole."""
+    import pipeline.store.write as write
+    from pipeline.store.icechunk_engine import work_path
+
+    inputs = make_inputs(tmp_path, small_dir)
+    cfg = icechunk_config(tmp_path, inputs)
+    pipeline.run(cfg)
+    before = values(pipeline.open(cfg.output.path))
+    rewrite_tile(sorted((inputs / "2024-06-11").glob("*_B02.tif"))[0])
+    after = values(pipeline.run(config(tmp_path, inputs, "full.zarr")).open())
+
+    def look() -> Cube:
+        if reader == "repository":
+            return values(pipeline.open(cfg.output.path))
+        return values(xr.open_zarr(work_path(cfg.output.path)))
+
+    stop, seen = threading.Event(), list[str]()
+
+    def poll() -> None:
+        while not stop.is_set():
+            try:
+                now = look()
+                seen.append("before" if same(now, before) else "after" if same(now, after) else "mixed")
+            except Exception as e:  # noqa: BLE001 - a reader that cannot open the cube saw a broken one
+                seen.append(f"{type(e).__name__}: {e}")
+
+    real_write, gated = write.write_bytes, [0]
+
+    def slow(store: Any, key: str, payload: bytes) -> None:  # the first chunk puts wait for a reader's look
+        if gated[0] < GATED:
+            gated[0] += 1
+            looked, deadline = len(seen), time.time() + 10
+            while len(seen) < looked + 1 and time.time() < deadline:
+                time.sleep(0.002)
+        real_write(store, key, payload)
+
+    monkeypatch.setattr(write, "write_bytes", slow)
+    thread = threading.Thread(target=poll)
+    thread.start()
+    try:
+        pipeline.update(cfg)
+        looked, deadline = len(seen), time.time() + 10
+        while len(seen) < looked + 2 and time.time() < deadline:
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        thread.join()
+    print(f"icechunk, recompute in place, {reader}: {len(seen)} looks, {seen.count('mixed')} mixed")
+    assert seen[-1] == "after"
+    if reader == "repository":
+        assert set(seen) == {"before", "after"}, [s for s in seen if s not in ("before", "after")][:3]
+        assert seen.count("before") >= GATED - 1
+    else:  # the same reader catches a store that shows a date half recomputed
+        assert "mixed" in seen, seen
+
+
+def test_processes_write_the_same_cube(tmp_path: Path, small_dir: Path) -> None:
+    inputs = make_inputs(tmp_path, small_dir)
+    threads = pipeline.run(icechunk_config(tmp_path, inputs))
+    procs = pipeline.run(
+        config(
+            tmp_path, inputs, "procs", "output.engine=icechunk", "execution.scheduler=processes", "execution.workers=2"
+        )
+    )
+    assert same(values(procs.open()), values(threads.open()))
