@@ -170,3 +170,58 @@ def test_processes_write_the_same_cube(tmp_path: Path, small_dir: Path) -> None:
         )
     )
     assert same(values(procs.open()), values(threads.open()))
+
+
+def test_on_s3(tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str) -> None:
+    """The repository in a bucket (moto's S3 server): run, update, history, an old version, rollback."""
+    from pipeline.store.icechunk_engine import history, rollback
+    from tests.test_update_s3 import s3_config
+
+    inputs = make_inputs(tmp_path, small_dir)
+    url = f"s3://{s3_bucket}/cube"
+    cfg = s3_config(tmp_path, inputs, url, s3_server.endpoint_url, "output.engine=icechunk")
+    first = pipeline.run(cfg).report["output"]["snapshot"]
+    old = values(pipeline.open(url, storage=cfg.storage))
+    add_date(inputs, small_dir, "2024-06-21")
+    u = pipeline.update(cfg)
+    assert u.report["update"]["added"] == ["2024-06-21T00:00:00"]
+    rows = history(url, cfg.storage)
+    assert [r["snapshot"] for r in rows[:2]] == [u.report["output"]["snapshot"], first]
+    new = values(pipeline.open(url, storage=cfg.storage))
+    assert same(new, values(pipeline.run(config(tmp_path, inputs, "plain.zarr")).open()))
+    assert same(values(pipeline.open(url, version=first, storage=cfg.storage)), old)
+    rollback(url, cfg.storage, first)
+    assert same(values(pipeline.open(url, storage=cfg.storage)), old)
+
+
+def test_moto_honours_the_conditional_writes_icechunk_commits_with(s3_server: Any, s3_bucket: str) -> None:
+    """moto refuses a put whose If-None-Match / If-Match does not hold, so of two commits from the same
+    parent the second is Icechunk's ConflictError, not a silent overwrite of the branch."""
+    import botocore.exceptions
+    import icechunk
+    import zarr
+
+    client = s3_server.client()
+    client.put_object(Bucket=s3_bucket, Key="k", Body=b"1")
+    for condition in ({"IfNoneMatch": "*"}, {"IfMatch": '"not-its-etag"'}):
+        with pytest.raises(botocore.exceptions.ClientError, match="PreconditionFailed"):
+            client.put_object(Bucket=s3_bucket, Key="k", Body=b"2", **condition)
+    storage = icechunk.s3_storage(
+        bucket=s3_bucket,
+        prefix="repo",
+        endpoint_url=s3_server.endpoint_url,
+        allow_http=True,
+        force_path_style=True,
+        from_env=True,
+    )
+    repo = icechunk.Repository.create(storage)
+    base = repo.writable_session("main")
+    zarr.create_group(base.store).create_array("a", shape=(2,), dtype="i1")
+    base.commit("base")
+    one, two = repo.writable_session("main"), repo.writable_session("main")
+    zarr.open_array(one.store, path="a")[:] = 1
+    zarr.open_array(two.store, path="a")[:] = 2
+    one.commit("one")
+    with pytest.raises(icechunk.ConflictError):
+        two.commit("two")
+    assert [s.message for s in repo.ancestry(branch="main")][:2] == ["one", "base"]
