@@ -225,3 +225,26 @@ def test_moto_honours_the_conditional_writes_icechunk_commits_with(s3_server: An
     with pytest.raises(icechunk.ConflictError):
         two.commit("two")
     assert [s.message for s in repo.ancestry(branch="main")][:2] == ["one", "base"]
+
+
+def test_a_run_that_dies_before_its_commit(tmp_path: Path, small_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The branch stays at its last commit (readers see no cube yet); the next update commits the working copy."""
+    import pipeline.store.icechunk_engine as engine
+
+    inputs = make_inputs(tmp_path, small_dir)
+    cfg = icechunk_config(tmp_path, inputs)
+    real = engine.commit_cube
+
+    def dies(*args: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine, "commit_cube", dies)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run(cfg)
+    assert [r["message"] for r in engine.history(cfg.output.path, cfg.storage)] == ["Repository initialized"]
+    monkeypatch.setattr(engine, "commit_cube", real)
+    u = pipeline.update(cfg)
+    assert u.report["output"]["chunks_written"] == 0 and u.report["output"]["snapshot"]
+    rows = engine.history(cfg.output.path, cfg.storage)
+    assert rows[0]["message"] == "update: what an interrupted command left in the working copy"
+    assert same(values(pipeline.open(cfg.output.path)), values(pipeline.run(config(tmp_path, inputs, "z.zarr")).open()))

@@ -274,6 +274,7 @@ def _versioned(config: Config, *args: Any) -> RunResult:
     if not args[-1]:  # dry_run
         snapshot = commit_cube(repo, config.storage, commit_message(result.report, args[-2]))
         result.report["output"] = {**result.report["output"], "path": repo, "snapshot": snapshot}
+        save_report(config, result.report)  # the repository's path and the commit, not the working copy's
     result.config = config
     return result
 
@@ -483,9 +484,13 @@ def _run(
         report["memory"]["note"] = "threads share the driver's process: each one's figure is that process's peak"
     report["stragglers"] = compute_stragglers(records)
     report["diagnostics"] = compute_diagnostics(report)
+    save_report(config, report)
+    return RunResult(report=report, exit_code=3 if skipped else 0, config=config)
+
+
+def save_report(config: Config, report: dict[str, Any]) -> None:
     if is_url(config.report_path):
         payload = json.dumps(report, indent=1, default=str).encode()
         write_object(config.report_path, payload, config.storage, key="report.path")
     else:
         write_report(report, config.report_path)
-    return RunResult(report=report, exit_code=3 if skipped else 0, config=config)

@@ -306,4 +306,6 @@ def commit_message(report: dict[str, Any], is_update: bool) -> str:
         if dates:
             shown = ", ".join(dates[:10]) + (f" and {len(dates) - 10} more" if len(dates) > 10 else "")
             parts.append(f"{what} {len(dates)} date{'s' * (len(dates) != 1)} ({shown});")
-    return " ".join(parts).rstrip(";") if len(parts) > 1 else "update: no date changed"
+    if len(parts) > 1:
+        return " ".join(parts).rstrip(";")
+    return "update: what an interrupted command left in the working copy"
