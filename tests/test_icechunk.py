@@ -161,15 +161,26 @@ def test_readers_never_see_a_mix(tmp_path: Path, small_dir: Path, monkeypatch: p
         assert "mixed" in seen, seen
 
 
-def test_processes_write_the_same_cube(tmp_path: Path, small_dir: Path) -> None:
+def test_processes_and_overwrite(tmp_path: Path, small_dir: Path) -> None:
+    """The processes executor writes the same cube: its ``overwrite`` finds every object of the branch the
+    same, byte for byte, and commits nothing; with a date more, it is one more commit, the history kept."""
+    from pipeline.store.icechunk_engine import history
+
     inputs = make_inputs(tmp_path, small_dir)
-    threads = pipeline.run(icechunk_config(tmp_path, inputs))
-    procs = pipeline.run(
-        config(
-            tmp_path, inputs, "procs", "output.engine=icechunk", "execution.scheduler=processes", "execution.workers=2"
-        )
-    )
-    assert same(values(procs.open()), values(threads.open()))
+    cfg = icechunk_config(tmp_path, inputs)
+    threads = values(pipeline.run(cfg).open())
+    with pytest.raises(pipeline.ConfigError, match="overwrite"):
+        pipeline.run(cfg)
+    procs = icechunk_config(tmp_path, inputs, "execution.scheduler=processes", "execution.workers=2")
+    again = pipeline.run(procs, overwrite=True)
+    assert again.report["output"]["snapshot"] is None and same(values(again.open()), threads)
+    add_date(inputs, small_dir, "2024-06-21")
+    assert pipeline.run(procs, overwrite=True).report["output"]["snapshot"]
+    assert [r["message"] for r in history(cfg.output.path, cfg.storage)] == [
+        "run: 3 dates",
+        "run: 2 dates",
+        "Repository initialized",
+    ]
 
 
 def test_on_s3(tmp_path: Path, small_dir: Path, s3_server: Any, s3_bucket: str) -> None:

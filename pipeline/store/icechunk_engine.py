@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import ConfigError, StoreError
 from pipeline.storage import delete_keys, list_keys, read_bytes, redact, scheme, write_bytes
-from pipeline.store.existing import JOURNAL_DIR, RECORD_DIR, output_store
+from pipeline.store.existing import ENGINE_STATE, JOURNAL_DIR, RECORD_DIR, output_store
 
 if TYPE_CHECKING:
     from pipeline.storage import Storage
@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 WORK_DIR = "pipeline-work"
 """The working copy's folder inside the repository's path (Icechunk keeps its own under other names)."""
-STATE = ".pipeline-icechunk.json"
+STATE = ENGINE_STATE
 """In the working copy: the snapshot it was last committed as, and the ETag of each key then."""
 BRANCH = "main"
 
