@@ -128,6 +128,13 @@ def forks() -> None:
     session.commit("two forks")
     got = zarr.open_array(repo.readonly_session(branch="main").store, path="a")[:]
     print(f"icechunk {icechunk.__version__}: wrote [1 2 3 4] through 2 forks, read back {got}")
+    fork = repo.writable_session("main").fork()  # a fork of the commit above: array "a" of 4 chunks
+    for key in ("a/c/4", "b/c/0"):  # a chunk beyond the committed shape; one of an array not committed
+        try:
+            asyncio.run(fork.store.set(key, default_buffer_prototype().buffer.from_bytes(objs["a/c/0"])))
+            print(f"a fork takes {key}")
+        except Exception as e:  # noqa: BLE001 - what Icechunk says is the measurement
+            print(f"a fork refuses {key}: {str(e).splitlines()[0].strip()}")
     folder.cleanup()
 
 
