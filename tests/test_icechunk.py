@@ -78,6 +78,8 @@ def test_run_update_history_open_rollback(tmp_path: Path, small_dir: Path) -> No
     assert [row["snapshot"] for row in rows[:2]] == [second, first]  # one commit each, newest first
     assert rows[0]["message"] == "update: added 1 date (2024-06-05); recomputed 1 date (2024-06-11)"
     assert rows[1]["message"] == "run: 2 dates"
+    text = CliRunner().invoke(main, ["history", str(cfg_file)]).output.splitlines()
+    assert text[0].startswith(f"{second}  ") and text[0].endswith(rows[0]["message"]) and len(text) == 3
 
     new = values(pipeline.open(cfg.output.path))
     zarr_engine = pipeline.run(config(tmp_path, inputs, "plain.zarr"))
@@ -94,6 +96,8 @@ def test_run_update_history_open_rollback(tmp_path: Path, small_dir: Path) -> No
     assert json.loads(CliRunner().invoke(main, ["history", str(cfg_file), "--json"]).output)[0]["snapshot"] == first
     bad = CliRunner().invoke(main, ["rollback", str(cfg_file), "0" * 20])
     assert bad.exit_code == 2 and "pipeline history" in bad.output
+    plain = CliRunner().invoke(main, ["history", str(cfg_file), "--set", "output.engine=zarr"])
+    assert plain.exit_code == 2 and "output.engine" in plain.output
 
     # the working copy was rolled back too: the next update redoes the insert and the recompute
     redo = pipeline.update(cfg)
