@@ -28,6 +28,7 @@ _LAZY = {
     "plan": "pipeline.api",
     "run": "pipeline.api",
     "update": "pipeline.api",
+    "open": "pipeline.api",
     "PlanSummary": "pipeline.api",
     "Report": "pipeline.api",
     "RunResult": "pipeline.execute.runner",

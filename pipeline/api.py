@@ -172,6 +172,24 @@ def open_cube(config: Config) -> xarray.Dataset:
     return open_store(config.output, config.storage)
 
 
+def open(path: str, version: str | None = None, *, storage: Any = None) -> xarray.Dataset:  # noqa: A001
+    """The cube at ``path`` as a lazy ``xarray.Dataset``: a plain Zarr store, or an Icechunk repository
+    (``output.engine: icechunk``) at its latest commit or at snapshot ``version`` (``pipeline history``
+    lists them). ``storage``: a :class:`~pipeline.config.StorageConfig` for a bucket (None: the defaults)."""
+    import xarray as xr
+
+    from pipeline.errors import ConfigError
+    from pipeline.storage import zarr_store
+    from pipeline.store.existing import local_missing, root_json
+    from pipeline.store.icechunk_engine import is_repository, open_version
+
+    if version is not None or is_repository(path, storage):
+        return open_version(path, storage, version)
+    if local_missing(path) or root_json(path, storage) is None:
+        raise ConfigError("path", f"{path}: no cube there (neither a Zarr store nor an Icechunk repository)")
+    return xr.open_zarr(zarr_store(path, storage), consolidated=True)
+
+
 def storage_options(config: Config) -> dict[str, Any] | None:
     """Options for opening ``config.output.path`` with xarray through fsspec (``storage_options=``): None
     for a local store; for ``s3://``, s3fs's options from ``config.storage`` (endpoint, region,

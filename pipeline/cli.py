@@ -83,6 +83,13 @@ def _load(config_path: str, sets: tuple[str, ...]) -> Any:
     return load_config(config_path, sets)
 
 
+def _versioned(config_path: str, sets: tuple[str, ...]) -> Any:
+    cfg = _load(config_path, sets)
+    if cfg.output.engine != "icechunk":
+        raise ConfigError("output.engine", "versions are kept with output.engine: icechunk (docs/output.md)")
+    return cfg
+
+
 set_option = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a config key.")
 
 
@@ -205,6 +212,35 @@ def update(config: str, sets: tuple[str, ...], dry_run: bool, verbose: int, quie
         if not dry_run:
             click.echo(f"\nstore:  {cfg.output.path}\nreport: {cfg.report_path}")
     _leave(result.exit_code)
+
+
+@main.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+@set_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_exits
+def history(config: str, sets: tuple[str, ...], as_json: bool) -> None:
+    """The versions of the cube at output.path (output.engine: icechunk), newest first: snapshot, time, message."""
+    from pipeline.store.icechunk_engine import history as versions
+
+    cfg = _versioned(config, sets)
+    rows = versions(cfg.output.path, cfg.storage)
+    lines = [f"{r['snapshot']}  {r['time'][:19]}Z  {r['message']}" for r in rows]
+    click.echo(json.dumps(rows, indent=1) if as_json else "\n".join(lines))
+
+
+@main.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.argument("snapshot")
+@set_option
+@_exits
+def rollback(config: str, snapshot: str, sets: tuple[str, ...]) -> None:
+    """Make SNAPSHOT (from `pipeline history`) the cube at output.path again; the next update starts there."""
+    from pipeline.store.icechunk_engine import rollback as roll_back
+
+    cfg = _versioned(config, sets)
+    done = roll_back(cfg.output.path, cfg.storage, snapshot)
+    click.echo(f"{cfg.output.path}: now {snapshot} ({done['objects_written']} objects of the working copy rewritten)")
 
 
 def _standalone() -> bool:

@@ -228,10 +228,11 @@ class OutputConfig(Section):
         description="3: Zarr v3 (zarr.json). 2: Zarr v2 (.zgroup/.zarray/.zattrs, consolidated .zmetadata), "
         "for readers without Zarr v3: GDAL before 3.12, zarr-python 2, older xarray. No shards with 2.",
     )
-    engine: Literal["zarr"] = Field(
+    engine: Literal["zarr", "icechunk"] = Field(
         "zarr",
         description="zarr: plain Zarr, updated by `pipeline update` behind one atomic put of the consolidated "
-        "metadata (docs/output.md, Updating a cube). icechunk (versioned, transactional) is not built yet.",
+        "metadata (docs/output.md, Updating a cube). icechunk: an Icechunk repository, one commit per run or "
+        "update (`pipeline history`, `pipeline rollback`; the optional extra `pipeline[icechunk]`).",
     )
 
     @model_validator(mode="before")

@@ -15,7 +15,7 @@ import numpy as np
 
 from pipeline import __version__
 from pipeline.config import Config, is_url
-from pipeline.errors import PYTHON_SWITCHES, StoreError, Switches
+from pipeline.errors import PYTHON_SWITCHES, ConfigError, StoreError, Switches
 from pipeline.execute.chunkcost import chunk_cost as chunk_cost_now
 from pipeline.execute.chunkcost import planned_chunk, small_chunks
 from pipeline.execute.context import TaskContext
@@ -252,9 +252,31 @@ def run(
     """
     show = progress_for(progress)
     try:
+        if config.output.engine == "icechunk":
+            return _versioned(config, client, overwrite, resume, show, shuffle_seed, switches, update, dry_run)
         return _run(config, client, overwrite, resume, show, shuffle_seed, switches, update, dry_run)
     finally:
         show.close()
+
+
+def _versioned(config: Config, *args: Any) -> RunResult:
+    """``output.engine: icechunk``: the run or update on the working copy, then one commit of what it changed
+    (:mod:`pipeline.store.icechunk_engine`); a dry run commits nothing."""
+    from pipeline.store.icechunk_engine import commit_cube, commit_message, repository, work_path
+
+    repo = config.output.path
+    if config.output.zarr_format != 3:
+        raise ConfigError("output.zarr_format", "an Icechunk repository holds Zarr v3: set output.zarr_format: 3")
+    if not args[-1]:  # Icechunk creates a repository only where nothing is: before the working copy
+        repository(repo, config.storage, create=True)
+    output = config.output.model_copy(update={"path": work_path(repo)})
+    result = _run(config.model_copy(update={"output": output}), *args)
+    if not args[-1]:  # dry_run
+        snapshot = commit_cube(repo, config.storage, commit_message(result.report, args[-2]))
+        result.report["output"] = {**result.report["output"], "path": repo, "snapshot": snapshot}
+        save_report(config, result.report)  # the repository's path and the commit, not the working copy's
+    result.config = config
+    return result
 
 
 def _run(
@@ -462,9 +484,13 @@ def _run(
         report["memory"]["note"] = "threads share the driver's process: each one's figure is that process's peak"
     report["stragglers"] = compute_stragglers(records)
     report["diagnostics"] = compute_diagnostics(report)
+    save_report(config, report)
+    return RunResult(report=report, exit_code=3 if skipped else 0, config=config)
+
+
+def save_report(config: Config, report: dict[str, Any]) -> None:
     if is_url(config.report_path):
         payload = json.dumps(report, indent=1, default=str).encode()
         write_object(config.report_path, payload, config.storage, key="report.path")
     else:
         write_report(report, config.report_path)
-    return RunResult(report=report, exit_code=3 if skipped else 0, config=config)

@@ -14,8 +14,14 @@ if TYPE_CHECKING:
 
 def open_cube(output: OutputConfig, storage: Storage | None = None) -> xarray.Dataset:
     """The cube written at ``output.path`` (reached with ``storage``; None: the defaults) as a lazy
-    ``xarray.Dataset`` (one variable per band, dims time, y, x)."""
+    ``xarray.Dataset`` (one variable per band, dims time, y, x); with ``output.engine: icechunk``, the
+    repository branch's latest commit."""
     import xarray as xr
+
+    if output.engine == "icechunk":
+        from pipeline.store.icechunk_engine import open_version
+
+        return open_version(output.path, storage)
 
     from pipeline.storage import zarr_store
 

@@ -38,6 +38,9 @@ JOURNAL_DIR = ".pipeline-journal"
 RECORD_DIR = ".pipeline-record"
 """Inside a finished store: what each date was built from (:mod:`pipeline.store.record`)."""
 
+ENGINE_STATE = ".pipeline-icechunk.json"
+"""Inside an Icechunk repository's working copy: what it was last committed as (:mod:`.icechunk_engine`)."""
+
 ROOT_DOCS = ("zarr.json", zarr2.GROUP, zarr2.ATTRS, zarr2.CONSOLIDATED)
 """The group's own metadata objects, Zarr v3 and v2."""
 ARRAY_DOCS = ("zarr.json", zarr2.ARRAY)
@@ -168,7 +171,11 @@ def inspect_output(path: str, storage: Storage | None = None) -> str | None:
     if not _ours(root):
         return "is a Zarr store this pipeline did not write (its attributes have no pipeline_config_hash)"
     # obstore's local puts stage beside the target as "name#N": an interrupted put leaves one behind.
-    foreign = [e for e in top if not (e.split("#")[0] in ROOT_DOCS or e in (JOURNAL_DIR, RECORD_DIR) or e in dirs)]
+    foreign = [
+        e
+        for e in top
+        if not (e.split("#")[0] in ROOT_DOCS or e in (JOURNAL_DIR, RECORD_DIR, ENGINE_STATE) or e in dirs)
+    ]
     if foreign:
         return f"holds a store of this pipeline and also objects it did not write ({_names(foreign)})"
     return ""
