@@ -59,6 +59,19 @@ def _with_close(head: bytes) -> bytes:
     return b"\r\n".join([*lines, b"Connection: close"])
 
 
+def forward(conn: socket.socket, request: bytes, upstream: tuple[str, int]) -> None:
+    """Send one whole request upstream on a connection of its own and its whole response back to ``conn``,
+    both marked ``Connection: close``."""
+    head, _, body = request.partition(b"\r\n\r\n")
+    with socket.create_connection(upstream, timeout=60) as up:
+        up.sendall(_with_close(head) + b"\r\n\r\n" + body)
+        response = b""
+        while part := up.recv(1 << 20):
+            response += part
+    rhead, _, rbody = response.partition(b"\r\n\r\n")
+    conn.sendall(_with_close(rhead) + b"\r\n\r\n" + rbody)
+
+
 class LoopbackProxy:
     """A reverse proxy on 127.0.0.1 (:attr:`url`) in front of ``upstream``: a thread accepts connections
     while the ``with`` block runs and hands each to :meth:`_handle` on a thread of its own."""
@@ -163,14 +176,7 @@ class FaultProxy(LoopbackProxy):
                     return
                 if action == "delay":
                     time.sleep(self.delay_s)
-                head, _, body = request.partition(b"\r\n\r\n")
-                with socket.create_connection(self.upstream, timeout=60) as up:
-                    up.sendall(_with_close(head) + b"\r\n\r\n" + body)
-                    response = b""
-                    while part := up.recv(1 << 20):
-                        response += part
-                rhead, _, rbody = response.partition(b"\r\n\r\n")
-                conn.sendall(_with_close(rhead) + b"\r\n\r\n" + rbody)
+                forward(conn, request, self.upstream)
             except OSError:
                 with self._lock:
                     self.counts["proxy_errors"] += 1

@@ -174,7 +174,7 @@ def test_a_bucket_lost_mid_update(tmp_path: Path, small_dir: Path, s3_server: An
     import socket as sockets
 
     from pipeline.errors import PipelineError
-    from tests.faultproxy import LoopbackProxy, _read_request, _with_close
+    from tests.faultproxy import LoopbackProxy, _read_request, forward
 
     class Cuttable(LoopbackProxy):
         cut = False
@@ -194,14 +194,7 @@ def test_a_bucket_lost_mid_update(tmp_path: Path, small_dir: Path, s3_server: An
                         b"HTTP/1.1 403 Forbidden\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body
                     )
                     return
-                head, _, body = request.partition(b"\r\n\r\n")
-                with sockets.create_connection(self.upstream, timeout=60) as up:
-                    up.sendall(_with_close(head) + b"\r\n\r\n" + body)
-                    response = b""
-                    while part := up.recv(1 << 20):
-                        response += part
-                rhead, _, rbody = response.partition(b"\r\n\r\n")
-                conn.sendall(_with_close(rhead) + b"\r\n\r\n" + rbody)
+                forward(conn, request, self.upstream)
 
     client = s3_server.client()
     inputs = make_inputs(tmp_path, small_dir)
