@@ -448,12 +448,12 @@ def real_tiles(tmp_path_factory: pytest.TempPathFactory, casestudy_dir: Path) ->
 def test_tiny_chunks_on_a_real_sized_job_warn_as_plan_advises_and_the_advice_removes_it(
     tmp_path: Path, real_tiles: Path
 ) -> None:
-    """64² chunks: every chunk has one size, so the run's own fit cannot see the fixed cost; the check takes
+    """32² chunks: every chunk has one size, so the run's own fit cannot see the fixed cost; the check takes
     this machine's (measured once), warns, and agrees with `pipeline plan`."""
     from pipeline.execute.runner import plan_run, summarise_plan
 
     path = write_config(tmp_path, str(real_tiles / "**" / "*.tif"))
-    tiny = load_config(path, ["output.chunks={y: 64, x: 64}", "execution.partition_mb=1"])
+    tiny = load_config(path, ["output.chunks={y: 32, x: 32}", "execution.partition_mb=1"])
     catalog, plan = plan_run(tiny)
     plan_advice = [a for a in summarise_plan(tiny, catalog, plan)["advice"] if "output.chunks" in a]
     report = run(tiny).report
