@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -229,3 +232,21 @@ def running_alone() -> contextlib.AbstractContextManager[None]:
     """The block runs with no other test of the suite running (for module fixtures whose runs are judged
     on shares of time; a test asks for the ``alone`` fixture)."""
     return _suite_lock.alone()
+
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_pipeline(args: list[str]) -> subprocess.Popen[str]:
+    """``python -m pipeline ARGS`` in its own process group, as a terminal's foreground job, with Ctrl-C's
+    default action whatever this test inherited (a shell starts a background job, `make test &` or a CI
+    runner's, with SIGINT ignored, and Python then leaves it ignored); stdout and stderr piped, as text."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipeline", *args],
+        start_new_session=True,
+        preexec_fn=_sigint_default,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )

@@ -17,13 +17,9 @@ import pytest
 import zarr
 
 from pipeline.store.layout import JOURNAL_DIR, store_is_complete
-from tests.helpers import write_config
+from tests.helpers import start_pipeline, write_config
 
 SETS = ["--set", "execution.partition_mb=0.05", "--set", "output.chunks={y: 64, x: 64}", "--workers", "2"]
-
-
-def _sigint_default() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _children(pgid: int) -> list[int]:
@@ -39,16 +35,7 @@ def test_ctrl_c_exits_130_with_one_line_and_the_resume_command(
     cfg = write_config(tmp_path, str(small_dir / "**" / "*.tif"))
     store = tmp_path / "out.zarr"
     args = ["run", str(cfg), *SETS, "--set", f"execution.scheduler={scheduler}"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", *args],
-        start_new_session=True,  # its own process group, as a terminal's foreground job
-        # ... which has Ctrl-C's default action, whatever this test inherited: a shell starts a background
-        # job (`make test &`, a CI runner's) with SIGINT ignored, and Python then leaves it ignored
-        preexec_fn=_sigint_default,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_pipeline(args)
     journal = store / JOURNAL_DIR
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:

@@ -24,7 +24,7 @@ import pipeline
 from pipeline.cli import main
 from pipeline.config import load_config
 from pipeline.errors import ConfigError
-from tests.helpers import write_config
+from tests.helpers import start_pipeline, write_config
 
 SMALL_DATES = ("2024-06-01", "2024-06-11")
 
@@ -323,29 +323,13 @@ SMALL_PARTS = ("execution.partition_mb=0.05",)
 """The interrupted update's: one chunk a partition (the cube does not depend on it)."""
 
 
-def _sigint_default() -> None:
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def interrupt_update(cfg_path: Path, store: Path, sig: int) -> Any:
     """Start ``pipeline update`` in its own process group and send ``sig`` to the whole group once two
     partitions are journaled; the finished process."""
-    import subprocess
-    import sys
-
     from pipeline.store.layout import JOURNAL_DIR
 
     sets = [a for s in SMALL_PARTS for a in ("--set", s)]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "update", str(cfg_path), *sets, "--set", f"output.path={store}", "-q"],
-        start_new_session=True,
-        preexec_fn=_sigint_default,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_pipeline(["update", str(cfg_path), *sets, "--set", f"output.path={store}", "-q"])
     journal = store / JOURNAL_DIR
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
