@@ -75,8 +75,9 @@ def chunk_objects(store: Path) -> dict[tuple[str, str, int, int], bytes]:
         sep = m["chunk_key_encoding"]["configuration"]["separator"]
         prefix = str(store / band / "c") + sep
         for f in glob.glob(str(store / band / "c") + ("/**/*" if sep == "/" else ".*"), recursive=True):
-            if os.path.isfile(f):
-                t, y, x = (int(i) for i in f[len(prefix) :].split(sep))
+            parts = f[len(prefix) :].split(sep)
+            if os.path.isfile(f) and all(i.isdigit() for i in parts):  # not a killed writer's temporary file
+                t, y, x = (int(i) for i in parts)
                 if t < m["shape"][0]:
                     out[(band, times[t], y, x)] = Path(f).read_bytes()
     return out
