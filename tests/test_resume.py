@@ -53,10 +53,17 @@ def test_sigkill_then_resume_gives_the_same_cube(
     proc.wait()
     assert not store_is_complete(str(store))
     done_before = len(os.listdir(journal))
+    # a put the kill cut short (obstore's local store writes name#N, then renames it); a file of the user's
+    staged = store / "B02" / ("c/0/0/0#3" if zarr_format == 3 else "0.0.0#3")
+    staged.parent.mkdir(parents=True, exist_ok=True)
+    staged.write_bytes(b"partial")
+    (store / "B02" / "notes#1.txt").write_text("mine")
 
     r = _run(str(cfg), *sets, "--resume")
     assert r.returncode == 0, r.stderr
     assert store_is_complete(str(store))
+    left = [f for f in store.rglob("*#*") if f.is_file()]
+    assert left == [store / "B02" / "notes#1.txt"], left
     report = json.loads((killed_dir / "out.report.json").read_text())
     assert report["plan"]["resumed_done"] >= done_before >= 3
     assert len(report["tasks"]) == report["plan"]["partitions"] - report["plan"]["resumed_done"]

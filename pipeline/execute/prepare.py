@@ -29,6 +29,7 @@ from pipeline.report.progress import NoProgress
 from pipeline.report.summary import StageClock
 from pipeline.resample import compiled
 from pipeline.storage import task_storage
+from pipeline.store.existing import drop_staged_leftovers
 from pipeline.store.layout import create_store, journal_done, store_config, store_exists
 from pipeline.store.publish import check_cube, interrupted_dates, read_marker
 from pipeline.store.record import (
@@ -167,6 +168,7 @@ def _prepare_store(
         if attrs.get("pipeline_complete"):
             logger.info("%s is already complete; nothing to resume", path)
             return set(plan.partitions.keys())
+        drop_staged_leftovers(path)
         done = journal_done(path, storage)
         logger.info("resuming %s: %d of %d partitions already done", path, len(done), len(plan.partitions))
         return done

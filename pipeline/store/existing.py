@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 from typing import TYPE_CHECKING, Any
 
@@ -230,6 +231,32 @@ def store_config(path: str, storage: Storage | None = None, switches: Switches =
         return dict(root["attributes"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise StoreError(f"{path} is not a store this tool can resume ({e}); use {switches.overwrite}") from e
+
+
+STAGED = re.compile(r"^(?P<name>[^#]+)#\d+$")
+"""A staged put's temporary file beside its target: obstore's local store writes ``name#N`` and renames it
+to ``name``; a process killed in between leaves it behind."""
+
+
+def drop_staged_leftovers(path: str) -> int:
+    """Delete the staged puts a killed writer left in the local store at ``path`` (``B02/c/0/1/2#1``; the
+    rename never happened, so the target holds the previous bytes or nothing, and the journal does not
+    record that partition as finished). Only names this pipeline's writer makes, inside a store this
+    pipeline wrote, are touched. Buckets publish a put at once and leave nothing. Returns how many."""
+    if scheme(path) != "file" or not os.path.isdir(path) or not _ours(root_json(path, None)):
+        return 0
+    n = 0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            if STAGED.match(name):
+                try:
+                    os.unlink(os.path.join(folder, name))
+                    n += 1
+                except FileNotFoundError:
+                    pass
+    if n:
+        logger.info("%s: removed %d temporary file(s) a killed writer left", path, n)
+    return n
 
 
 def store_size(path: str, storage: Storage | None = None) -> int:

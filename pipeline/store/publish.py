@@ -33,7 +33,7 @@ import numpy as np
 
 from pipeline.errors import ConfigError, StoreError
 from pipeline.storage import delete_keys, list_keys, redact, scheme, write_bytes
-from pipeline.store.existing import JOURNAL_DIR, get_json, output_store, put_json
+from pipeline.store.existing import JOURNAL_DIR, drop_staged_leftovers, get_json, output_store, put_json
 from pipeline.store.layout import StoreUsage
 from pipeline.store.record import RECORD_DIR, CubeState, Record, UpdateDiff, write_record
 from pipeline.store.resume import setting_changes
@@ -259,6 +259,7 @@ def stage_update(path: str, storage: Storage | None, state: CubeState, diff: Upd
     earlier unfinished update's leftovers are deleted, and where dates shift the kept ones are linked
     into the other namespace. The same work interrupted before is resumed as it was staged."""
     store = output_store(path, storage)
+    drop_staged_leftovers(path)
     bands = state.bands
     old_sep = state.separator(bands[0])
     marker = read_marker(path, storage)
