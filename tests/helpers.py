@@ -249,4 +249,16 @@ def start_pipeline(args: list[str]) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # SIGABRT prints every thread's stack (exited())
     )
+
+
+def exited(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
+    """(stdout, stderr) of ``proc`` once it exits; where it has not within ``timeout`` seconds, the test
+    fails with what each of its threads was doing (SIGABRT, printed by faulthandler)."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        _, err = proc.communicate(timeout=60)
+        raise AssertionError(f"{proc.args} did not exit within {timeout:.0f} s; its threads:\n{err[-12000:]}") from None

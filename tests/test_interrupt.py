@@ -17,7 +17,7 @@ import pytest
 import zarr
 
 from pipeline.store.layout import JOURNAL_DIR, store_is_complete
-from tests.helpers import start_pipeline, write_config
+from tests.helpers import exited, start_pipeline, write_config
 
 SETS = ["--set", "execution.partition_mb=0.05", "--set", "output.chunks={y: 64, x: 64}", "--workers", "2"]
 
@@ -45,7 +45,7 @@ def test_ctrl_c_exits_130_with_one_line_and_the_resume_command(
     if proc.poll() is not None:
         pytest.fail("the run finished before it could be interrupted; make the partitions smaller")
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-    out, err = proc.communicate(timeout=120)
+    out, err = exited(proc, 120)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err and "Aborted" not in err, err
     last = err.strip().splitlines()[-1]

@@ -24,7 +24,7 @@ import pipeline
 from pipeline.cli import main
 from pipeline.config import load_config
 from pipeline.errors import ConfigError
-from tests.helpers import start_pipeline, write_config
+from tests.helpers import exited, start_pipeline, write_config
 
 SMALL_DATES = ("2024-06-01", "2024-06-11")
 
@@ -341,7 +341,7 @@ def interrupt_update(cfg_path: Path, store: Path, sig: int) -> Any:
     if proc.poll() is not None:
         pytest.fail(f"the update ended before it could be interrupted: {proc.stderr.read() if proc.stderr else ''}")
     os.killpg(proc.pid, sig)
-    _, err = proc.communicate(timeout=120)
+    _, err = exited(proc, 120)
     return proc.returncode, err
 
 

@@ -215,7 +215,8 @@ def _execute_threads(
     """The partitions on a thread pool in this process: no cluster, no pickling. The kernels, GDAL's
     decoding and the codecs release the GIL. Failed tasks are retried ``execution.retries`` times,
     as Dask retries them."""
-    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+    import queue
+    from concurrent.futures import Future, ThreadPoolExecutor
 
     n = (execution.workers or usable_cores()) * execution.threads_per_worker
     n = max(1, min(n, len(todo)))
@@ -224,31 +225,37 @@ def _execute_threads(
     records: list[dict[str, Any]] = []
     names = [f"thread-{i}" for i in range(n)]
     t_exec = time.perf_counter()
+    # Finished futures arrive on a queue, not through concurrent.futures.wait: wait() takes every pending
+    # future's lock in a loop, and Ctrl-C landing inside that loop left some taken for good, so the pool's
+    # shutdown waited forever on a thread blocked on one of them.
+    finished: queue.SimpleQueue[Future[dict[str, Any]]] = queue.SimpleQueue()
     pool = ThreadPoolExecutor(n, initializer=_name_thread, initargs=(itertools.count(),))
     with pool:
         attempts: dict[Future[dict[str, Any]], tuple[int, int]] = {}
-        for i, (p, (device, reason)) in enumerate(zip(todo, decisions, strict=True)):
-            attempts[pool.submit(_run_on_thread, p, ctx, device, reason)] = (i, 0)
-        pending = set(attempts)
+
+        def submit(i: int, tries: int) -> None:
+            device, reason = decisions[i]
+            fut = pool.submit(_run_on_thread, todo[i], ctx, device, reason)
+            attempts[fut] = (i, tries)
+            fut.add_done_callback(finished.put)
+
         try:
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    i, tries = attempts.pop(fut)
-                    error = fut.exception()
-                    if error is None:
-                        records.append(fut.result())
-                        progress.task_done(records[-1])
-                    elif tries < execution.retries:
-                        logger.info("partition %s failed (%s); retry %d", todo[i].key, error, tries + 1)
-                        device, reason = decisions[i]
-                        again = pool.submit(_run_on_thread, todo[i], ctx, device, reason)
-                        attempts[again] = (i, tries + 1)
-                        pending.add(again)
-                    else:
-                        raise error
+            for i in range(len(todo)):
+                submit(i, 0)
+            while attempts:
+                fut = finished.get()
+                i, tries = attempts.pop(fut)
+                error = fut.exception()
+                if error is None:
+                    records.append(fut.result())
+                    progress.task_done(records[-1])
+                elif tries < execution.retries:
+                    logger.info("partition %s failed (%s); retry %d", todo[i].key, error, tries + 1)
+                    submit(i, tries + 1)
+                else:
+                    raise error
         except BaseException:
-            for fut in pending:
+            for fut in list(attempts):
                 fut.cancel()
             raise
     exec_wall = time.perf_counter() - t_exec
