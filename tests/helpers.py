@@ -262,3 +262,17 @@ def exited(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
         proc.send_signal(signal.SIGABRT)
         _, err = proc.communicate(timeout=60)
         raise AssertionError(f"{proc.args} did not exit within {timeout:.0f} s; its threads:\n{err[-12000:]}") from None
+
+
+def stop_dask(procs: list[subprocess.Popen[Any]]) -> None:
+    """Stop a ``dask scheduler`` (``procs[0]``) and its ``dask worker`` processes: the workers first, then the
+    scheduler. A worker told to stop while its scheduler went away too sometimes waited out its comm
+    timeouts (15-20 s of a test's wall) before exiting."""
+    for group in (procs[1:], procs[:1]):
+        for p in group:
+            p.terminate()
+        for p in group:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()

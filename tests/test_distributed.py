@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import zarr
 
-from tests.helpers import write_config
+from tests.helpers import stop_dask, write_config
 
 BIN = os.path.dirname(sys.executable)
 
@@ -78,13 +78,7 @@ def cluster(tmp_path: Path) -> Iterator[str]:
             c.wait_for_workers(2, timeout=60)
         yield address
     finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_dask(procs)
 
 
 def test_run_on_a_real_cluster_matches_local(tmp_path: Path, small_dir: Path, cluster: str) -> None:

@@ -17,7 +17,7 @@ import pytest
 from pipeline.config import StorageConfig, load_config
 from pipeline.errors import ConfigError
 from pipeline.execute.runner import run
-from tests.helpers import write_config
+from tests.helpers import stop_dask, write_config
 from tests.s3server import free_port, upload_tree
 from tests.test_output_store import _cube_objects
 
@@ -141,13 +141,7 @@ def test_a_dask_cluster_of_separate_processes_writes_the_bucket(
         storage = StorageConfig(endpoint_url=s3_server.endpoint_url)
         _assert_same(_cube_objects(url, storage), local_cube)
     finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_dask(procs)
 
 
 def test_s3_inputs_to_s3_output_give_the_local_cube(
