@@ -19,6 +19,7 @@ ground and water. Cloud, shadow and cirrus cover 20-80% of each tile on each dat
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from pathlib import Path
@@ -35,7 +36,7 @@ from pipeline.tools.fixture_tiles import (
     TileSpec,
     band_resolution,
     compute_orbit_edge,
-    compute_pixel_centres,
+    compute_pixel_lonlat,
     compute_tile_values,
 )
 
@@ -217,20 +218,25 @@ def compute_qa_pixel(scl: np.ndarray) -> np.ndarray:
     return qa
 
 
-def _km(spec: TileSpec, xx: np.ndarray, yy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    from pyproj import Transformer
-
-    lon, lat = Transformer.from_crs(f"EPSG:{spec.epsg}", "EPSG:4326", always_xy=True).transform(xx, yy)
-    return (np.asarray(lon) - 6.0) * KM_PER_DEG_LON, (np.asarray(lat) - 45.0) * KM_PER_DEG_LAT
+@functools.lru_cache(maxsize=3)
+def _sky_at(
+    spec: TileSpec, res: int, date_idx: int, preset: Preset, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+    """(x, y, x_km, y_km, sky) of the tile's pixels at ``res`` on a date, read-only: shared by every band
+    of that tile, resolution and date (computing it again per band was a third of a band's writing)."""
+    xx, yy, lon, lat = compute_pixel_lonlat(spec, res, preset)
+    x_km, y_km = (lon - 6.0) * KM_PER_DEG_LON, (lat - 45.0) * KM_PER_DEG_LAT
+    sky = compute_sky(x_km, y_km, date_idx, seed)
+    for a in (x_km, y_km, *sky):
+        a.setflags(write=False)
+    return xx, yy, x_km, y_km, sky
 
 
 def compute_cloudy_values(spec: TileSpec, band: str, date_idx: int, preset: Preset, seed: int) -> np.ndarray:
     """One file's pixels: a data band's values under this date's sky (uint16), or the tile's ``SCL``
     (uint8) or ``QA`` (uint16) classes; no data where the swath ends, in every band alike."""
     res = band_resolution(band)
-    xx, yy = compute_pixel_centres(spec, res, preset)
-    x_km, y_km = _km(spec, xx, yy)
-    sky = compute_sky(x_km, y_km, date_idx, seed)
+    xx, yy, x_km, y_km, sky = _sky_at(spec, res, date_idx, preset, seed)
     edge = compute_orbit_edge(spec, xx, yy, preset) if date_idx in spec.orbit_edge_dates else None
     if band in CLASS_BANDS:
         scl = compute_scene_classes(sky, compute_ground(x_km, y_km, seed))

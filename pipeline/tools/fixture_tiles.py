@@ -10,6 +10,7 @@ preset's sky; :mod:`pipeline.tools.fixtures` writes the files.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -172,12 +173,8 @@ def compute_tile_specs(preset: Preset) -> list[TileSpec]:
 
 def compute_tile_values(spec: TileSpec, band: str, date_idx: int, preset: Preset, seed: int) -> np.ndarray:
     """The tile's pixel values (uint16): smooth in lon/lat, small seeded noise, nodata wedge."""
-    from pyproj import Transformer
-
     res = S2_BANDS[band]
-    xx, yy = compute_pixel_centres(spec, res, preset)
-    tr = Transformer.from_crs(f"EPSG:{spec.epsg}", "EPSG:4326", always_xy=True)
-    lon, lat = tr.transform(xx, yy)
+    xx, yy, lon, lat = compute_pixel_lonlat(spec, res, preset)
     k = list(S2_BANDS).index(band)
     phase = 0.7 * date_idx + 0.3 * k
     value = (
@@ -201,6 +198,23 @@ def compute_pixel_centres(spec: TileSpec, res: int, preset: Preset) -> tuple[np.
     centres = (np.arange(preset.tile_m // res) + 0.5) * res
     xx, yy = np.meshgrid(spec.x0 + centres, spec.y0 - centres)
     return xx, yy
+
+
+@functools.lru_cache(maxsize=3)
+def compute_pixel_lonlat(
+    spec: TileSpec, res: int, preset: Preset
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(x, y, lon, lat) of the tile's pixel centres at ``res`` metres, read-only: the projection of a
+    tile's grid was most of a band's writing time, and every band of a tile at one resolution shares it
+    (the last three grids are kept: a tile's 10, 20 and 60 m bands, written one after another)."""
+    from pyproj import Transformer
+
+    xx, yy = compute_pixel_centres(spec, res, preset)
+    lon, lat = Transformer.from_crs(f"EPSG:{spec.epsg}", "EPSG:4326", always_xy=True).transform(xx, yy)
+    out = (xx, yy, np.asarray(lon), np.asarray(lat))
+    for a in out:
+        a.setflags(write=False)
+    return out
 
 
 def compute_orbit_edge(spec: TileSpec, xx: np.ndarray, yy: np.ndarray, preset: Preset) -> np.ndarray:

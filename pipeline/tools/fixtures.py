@@ -110,7 +110,8 @@ def write_fixtures(
         paths = [_write_one(j) for j in jobs]
     else:
         with ProcessPoolExecutor(workers) as pool:
-            paths = list(pool.map(_write_one, jobs, chunksize=4))
+            # a tile's bands of one date together: they share its projected grid (compute_pixel_lonlat)
+            paths = list(pool.map(_write_one, jobs, chunksize=len(p.bands)))
     logger.info("wrote %d tiles (%s preset, seed %d) under %s", len(paths), preset, seed, root)
     if p.clouds:
         from pipeline.tools.clouds import write_cloudy_items
