@@ -146,9 +146,7 @@ class _Worker:
 
 def partition_files(partition: Any) -> frozenset[str]:
     """The files a partition reads: its tiles and their mask tiles."""
-    return frozenset(
-        f for job in partition.jobs for src in job.sources for f in (src.path, src.mask.path if src.mask else src.path)
-    )
+    return frozenset(partition.files())
 
 
 def _pick(
