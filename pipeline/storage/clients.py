@@ -13,10 +13,11 @@ from pipeline.storage.settings import Storage, default_storage
 from pipeline.storage.urls import scheme, split_url
 
 
-def object_store(url: str, storage: Storage, **client_options: Any) -> Any:
+def object_store(url: str, storage: Storage, *, retry_config: Any = None, **client_options: Any) -> Any:
     """An obstore store rooted at ``url`` (``s3://bucket/prefix``, ``https://host/prefix``, or a local
     folder). S3 credentials come from this process's AWS chain (environment, then ``storage.profile``
-    through boto3 where given)."""
+    through boto3 where given). ``retry_config``: obstore's, for an S3 store (None: obstore's default,
+    10 retries within 3 minutes)."""
     import obstore.store as obs
 
     kind = scheme(url)
@@ -50,6 +51,7 @@ def object_store(url: str, storage: Storage, **client_options: Any) -> Any:
         config=config,  # type: ignore[arg-type]
         client_options=client_options or None,  # type: ignore[arg-type]
         credential_provider=provider,
+        **({"retry_config": retry_config} if retry_config is not None else {}),
     )
 
 
