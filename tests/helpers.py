@@ -261,7 +261,9 @@ def exited(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGABRT)
         _, err = proc.communicate(timeout=60)
-        raise AssertionError(f"{proc.args} did not exit within {timeout:.0f} s; its threads:\n{err[-12000:]}") from None
+        raise AssertionError(
+            f"{proc.args!r} did not exit within {timeout:.0f} s; its threads:\n{err[-12000:]}"
+        ) from None
 
 
 def stop_dask(procs: list[subprocess.Popen[Any]]) -> None:
