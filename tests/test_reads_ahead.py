@@ -190,7 +190,9 @@ def test_a_bucket_read_many_at_once_gives_the_local_cube_bit_for_bit(
             if n == 1:
                 assert net["in_flight"]["max"] == 1
             if n == 16:
-                assert net["in_flight"]["max"] > 2 and net["in_flight"]["mean"] > 1.0
+                # more than one at a time (n=1 keeps it at 1): 3-4 at most on a quiet machine, 2 in a loaded
+                # full suite, where the 0.2 MB read-ahead budget holds two of these windows
+                assert net["in_flight"]["max"] >= 2 and net["in_flight"]["mean"] > 1.0, net["in_flight"]
             header_gets = [r for m, t, r in proxy.log if r == "bytes=0-32767"]
             assert len(header_gets) >= len(tiles)
 
