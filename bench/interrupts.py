@@ -16,12 +16,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from tests.helpers import start_pipeline, write_config  # noqa: E402  (the project on sys.path)
+from tests.helpers import start_pipeline, wait_journaled, write_config  # noqa: E402  (the project on sys.path)
 
 SETS = ["--set", "execution.partition_mb=0.05", "--set", "output.chunks={y: 64, x: 64}", "--workers", "2"]
 
@@ -43,11 +42,7 @@ def interrupt_once(folder: Path, small: str, scheduler: str, limit_s: float) -> 
     cfg = write_config(folder, os.path.join(small, "**", "*.tif"))
     proc = start_pipeline(["run", str(cfg), *SETS, "--set", f"execution.scheduler={scheduler}"])
     journal = folder / "out.zarr" / JOURNAL_DIR
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if journal.exists() and len(os.listdir(journal)) >= 2:
-            break
-        time.sleep(0.01)
+    wait_journaled(proc, journal, 2)
     os.killpg(proc.pid, signal.SIGINT)
     try:
         _, err = proc.communicate(timeout=limit_s)

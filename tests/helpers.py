@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -251,6 +252,20 @@ def start_pipeline(args: list[str]) -> subprocess.Popen[str]:
         text=True,
         env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # SIGABRT prints every thread's stack (exited())
     )
+
+
+def wait_journaled(
+    proc: subprocess.Popen[Any], journal: Path, n: int, *, prefix: str = "", poll_s: float = 0.01
+) -> bool:
+    """Wait until the store's ``journal`` lists ``n`` entries (those whose names start with ``prefix``), the
+    process has ended, or 120 s have passed; whether ``proc`` is still running (and so can be signalled
+    mid-run)."""
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if journal.exists() and len([e for e in os.listdir(journal) if e.startswith(prefix)]) >= n:
+            break
+        time.sleep(poll_s)
+    return proc.poll() is None
 
 
 def exited(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:

@@ -17,7 +17,7 @@ import pytest
 import zarr
 
 from pipeline.store.layout import JOURNAL_DIR, store_is_complete
-from tests.helpers import exited, start_pipeline, write_config
+from tests.helpers import exited, start_pipeline, wait_journaled, write_config
 
 SETS = ["--set", "execution.partition_mb=0.05", "--set", "output.chunks={y: 64, x: 64}", "--workers", "2"]
 
@@ -37,12 +37,7 @@ def test_ctrl_c_exits_130_with_one_line_and_the_resume_command(
     args = ["run", str(cfg), *SETS, "--set", f"execution.scheduler={scheduler}"]
     proc = start_pipeline(args)
     journal = store / JOURNAL_DIR
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if journal.exists() and len(os.listdir(journal)) >= 2:
-            break
-        time.sleep(0.01)
-    if proc.poll() is not None:
+    if not wait_journaled(proc, journal, 2):
         pytest.fail("the run finished before it could be interrupted; make the partitions smaller")
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
     out, err = exited(proc, 120)

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import pytest
 import zarr
 
 from pipeline.store.layout import JOURNAL_DIR, store_is_complete
-from tests.helpers import write_config
+from tests.helpers import wait_journaled, write_config
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -42,12 +41,7 @@ def test_sigkill_then_resume_gives_the_same_cube(
         stderr=subprocess.DEVNULL,
     )
     journal = store / JOURNAL_DIR
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if journal.exists() and len(os.listdir(journal)) >= 3:
-            break
-        time.sleep(0.02)
-    if proc.poll() is not None:
+    if not wait_journaled(proc, journal, 3, poll_s=0.02):
         pytest.fail("the run finished before it could be killed; make the partitions smaller")
     os.killpg(proc.pid, signal.SIGKILL)  # the driver and its whole local cluster
     proc.wait()

@@ -24,7 +24,7 @@ import pipeline
 from pipeline.cli import main
 from pipeline.config import load_config
 from pipeline.errors import ConfigError
-from tests.helpers import exited, start_pipeline, write_config
+from tests.helpers import exited, start_pipeline, wait_journaled, write_config
 
 SMALL_DATES = ("2024-06-01", "2024-06-11")
 
@@ -333,12 +333,7 @@ def interrupt_update(cfg_path: Path, store: Path, sig: int) -> Any:
     sets = [a for s in SMALL_PARTS for a in ("--set", s)]
     proc = start_pipeline(["update", str(cfg_path), *sets, "--set", f"output.path={store}", "-q"])
     journal = store / JOURNAL_DIR
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if journal.exists() and len([n for n in os.listdir(journal) if n.startswith("pipeline-")]) >= 2:
-            break
-        time.sleep(0.005)
-    if proc.poll() is not None:
+    if not wait_journaled(proc, journal, 2, prefix="pipeline-", poll_s=0.005):
         pytest.fail(f"the update ended before it could be interrupted: {proc.stderr.read() if proc.stderr else ''}")
     os.killpg(proc.pid, sig)
     _, err = exited(proc, 120)

@@ -144,11 +144,6 @@ class _Worker:
         self.conn.close()
 
 
-def partition_files(partition: Any) -> frozenset[str]:
-    """The files a partition reads: its tiles and their mask tiles."""
-    return frozenset(partition.files())
-
-
 def _pick(
     queue: deque[int],
     files_of: Callable[[int], frozenset[str]],
@@ -230,7 +225,7 @@ class ProcessPool:
 
         def files_of(i: int) -> frozenset[str]:
             if i not in files:
-                files[i] = partition_files(todo[i])
+                files[i] = todo[i].files()
             return files[i]
 
         passed: dict[int, int] = {}

@@ -51,7 +51,7 @@ def object_store(url: str, storage: Storage, *, retry_config: Any = None, **clie
         config=config,  # type: ignore[arg-type]
         client_options=client_options or None,  # type: ignore[arg-type]
         credential_provider=provider,
-        **({"retry_config": retry_config} if retry_config is not None else {}),
+        retry_config=retry_config,
     )
 
 

@@ -233,7 +233,7 @@ def store_config(path: str, storage: Storage | None = None, switches: Switches =
         raise StoreError(f"{path} is not a store this tool can resume ({e}); use {switches.overwrite}") from e
 
 
-STAGED = re.compile(r"^(?P<name>[^#]+)#\d+$")
+STAGED = re.compile(r"^[^#]+#\d+$")
 """A staged put's temporary file beside its target: obstore's local store writes ``name#N`` and renames it
 to ``name``; a process killed in between leaves it behind."""
 
