@@ -275,3 +275,30 @@ def test_overview_levels_as_gdalwarp_picks_them_from_declared_sizes() -> None:
     assert compute_levels(tiles, "EPSG:32632", (80.1, 80.1), "nearest").tolist() == [-1]
     aff, lw, lh = level_transforms(tiles, level)
     assert (lw[0], lh[0]) == (1372, 1372) and aff[0, 0] == 20.0 * 5490 / 1372
+
+
+def test_a_partition_packed_from_the_tables_is_its_jobs_packed() -> None:
+    """The plan packs each task straight from its tables; packing the jobs it unpacks to, as objects,
+    gives the same bytes, and a pickled task comes back equal. Overlapping tiles partly covering chunks,
+    two resolutions, small partitions."""
+    from pipeline.planning.jobs import pack_jobs
+
+    specs = [
+        ("EPSG:32632", 300_000.0, 5_000_000.0, 700, 10.0),
+        ("EPSG:32632", 302_500.0, 4_998_000.0, 700, 10.0),
+        ("EPSG:32632", 301_000.0, 4_997_000.0, 300, 20.0),
+    ]
+    plan = compute_plan(
+        tile_table(specs),
+        crs="EPSG:32632",
+        res_xy=(20.0, 20.0),
+        chunks_yx=(64, 64),
+        bounds=None,
+        resampling="average",
+        fuse="first",
+        partition_mb=0.05,
+    )
+    assert len(plan.partitions) > 3 and max(len(p.packed()[2]) for p in plan.partitions) >= 3  # files a task
+    for p in plan.partitions:
+        assert pack_jobs(p.jobs) == p.packed()
+        assert pickle.loads(pickle.dumps(p)) == p and p.files() == frozenset(s.path for j in p.jobs for s in j.sources)
