@@ -56,7 +56,7 @@ def main() -> None:
     from pipeline.config import Config
     from pipeline.inputs.files import files_catalog, header_threads
 
-    with start_moto() as server:
+    with start_moto(lean=False) as server:
         client: Any = server.client()
         client.create_bucket(Bucket="bench")
         _upload(client)

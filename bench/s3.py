@@ -135,7 +135,7 @@ def main() -> None:
     os.environ.update(TEST_CREDENTIALS)  # moto accepts any; every process here gets them from its environment
     puts = put_paths()
     print("atomic local put of one 512x512 chunk: " + ", ".join(f"{k} {v:.2f} ms" for k, v in puts.items()))
-    with start_moto() as server:
+    with start_moto(lean=False) as server:
         client: object = server.client()
         client.create_bucket(Bucket=BUCKET)  # type: ignore[attr-defined]
         urls = upload_tree(client, os.path.join(ROOT, "data_fixtures", "casestudy"), BUCKET, "tiles")

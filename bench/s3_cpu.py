@@ -66,7 +66,7 @@ def main() -> None:
     out = os.path.join(ROOT, "out", "s3cpu")
     os.makedirs(out, exist_ok=True)
     rows: dict[str, list[tuple[float, ...]]] = {k: [] for k in trees}
-    with start_moto() as server:
+    with start_moto(lean=False) as server:
         client = server.client()
         client.create_bucket(Bucket="bench")
         upload_tree(client, os.path.join(ROOT, "data_fixtures", "casestudy"), "bench", "tiles")

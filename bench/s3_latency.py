@@ -208,7 +208,7 @@ def main() -> None:
     grid, tiles = peers.grid_and_tiles()
     with open(f"{OUT}/grid.json", "w") as f:
         json.dump(grid, f)
-    with start_moto() as server:
+    with start_moto(lean=False) as server:
         client: Any = server.client()
         client.create_bucket(Bucket=BUCKET)
         urls = upload_tree(client, FIXTURE, BUCKET, "tiles")
