@@ -6,6 +6,7 @@ import json
 import pickle
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -46,10 +47,26 @@ def test_index_only_fixture_from_the_cli(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--count" in bad.stderr
 
 
-def test_plan_192000_tiles_from_the_index_alone(virtual: Path) -> None:
-    r = cli("plan", str(virtual / "config.yaml"), "--json")
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory, small_dir: Path) -> str:
+    """A real run's report (the small fixture's): what the full plan is sized from."""
+    folder = tmp_path_factory.mktemp("measured")
+    cfg = load_config(write_config(folder, str(small_dir / "**" / "*.tif")))
+    run(cfg)
+    return cfg.report_path
+
+
+@pytest.fixture(scope="module")
+def full_plan(virtual: Path, measured: str) -> dict[str, Any]:
+    """``pipeline plan --json --from-report --target-time 180`` of the 192,000 tiles: the plan and its
+    sizing, planned once for the tests that read either (each planning takes ~4 s)."""
+    r = cli("plan", str(virtual / "config.yaml"), "--json", "--from-report", measured, "--target-time", "180")
     assert r.returncode == 0, r.stderr
-    plan = json.loads(r.stdout)
+    return dict(json.loads(r.stdout))
+
+
+def test_plan_192000_tiles_from_the_index_alone(full_plan: dict[str, Any]) -> None:
+    plan = full_plan
     # The files do not exist: every figure below came from the index, no raster opened or stat'ed.
     assert plan["inputs"]["files"] == FULL and plan["inputs"]["skipped"] == []
     assert 0 < plan["tasks"] <= 100_000
@@ -64,25 +81,22 @@ def test_every_task_of_the_full_plan_is_small(virtual: Path) -> None:
     assert len(sizes) == len(plan.partitions) and max(sizes) <= 64 * 1024
 
 
-def test_sizing_from_a_measured_run(virtual: Path, tmp_path: Path, small_dir: Path) -> None:
+def test_sizing_from_a_measured_run(full_plan: dict[str, Any], measured: str, tmp_path: Path, small_dir: Path) -> None:
     """The command sizes the 192,000-tile plan from a real run's report; other target times are sized
     in-process from the same plan (planning it again in a process for each took ~4 s)."""
     from pipeline.report.sizing import estimate_for_plan, format_estimate
     from pipeline.report.summary import read_report
 
-    cfg = load_config(write_config(tmp_path, str(small_dir / "**" / "*.tif")))
-    run(cfg)
-    r = cli("plan", str(virtual / "config.yaml"), "--json", "--from-report", cfg.report_path, "--target-time", "180")
-    assert r.returncode == 0, r.stderr
-    summary = json.loads(r.stdout)
+    summary = dict(full_plan)
     sizing = summary.pop("sizing")
     assert sizing["workers_needed"] >= 1 and sizing["limiting_stage"] in ("read", "resample", "write")
-    assert sizing["serial_driver_s"] < 180 and sizing["from_report"] == cfg.report_path
-    report = read_report(cfg.report_path)
+    assert sizing["serial_driver_s"] < 180 and sizing["from_report"] == measured
+    report = read_report(measured)
     assert estimate_for_plan(report, summary, 180.0, None) == {k: v for k, v in sizing.items() if k != "from_report"}
     text = format_estimate(estimate_for_plan(report, summary, 60.0, None), "sizing:")
     assert "single-threaded workers to finish in 60 s" in text
-    small = cli("plan", str(tmp_path / "config.yaml"), "--from-report", cfg.report_path, "--target-time", "60")
+    write_config(tmp_path, str(small_dir / "**" / "*.tif"))
+    small = cli("plan", str(tmp_path / "config.yaml"), "--from-report", measured, "--target-time", "60")
     assert small.returncode == 0 and "single-threaded workers to finish in 60 s" in small.stdout  # the text form
     # Halving the time needs about twice the workers.
     slow = estimate_for_plan(report, summary, 360.0, None)
