@@ -2,14 +2,14 @@
 antimeridian, the poles and domain edges").
 
 Writes the fixtures of tests/globe.py under OUT (UTM 60N/1N tiles at 65N across 180 on the issue's
-grid, 4326 tiles up to 90N with a UTM tile around the pole, EPSG:3031 tiles meeting at the South Pole, a
-UTM 60S tile across an orthographic grid's horizon),
-runs the pipeline onto each grid and prints, per band and method, the share of the pixels GDAL fills
-that the cube leaves empty, the mask mismatch, and the mean and p99 |difference| where both have data
+grid, and onto Web Mercator past its east edge; 4326 tiles up to 90N with a UTM tile around the pole,
+EPSG:3031 tiles meeting at the South Pole, a UTM 60S tile across an orthographic grid's horizon), runs the
+pipeline onto each grid and prints, per band and method, the share of the pixels GDAL fills that the cube
+leaves empty, the mask mismatch, and the mean and p99 |difference| where both have data
 (GDAL: rasterio.warp.reproject per file, fused first-valid).
 
     PYTHONPATH=. .venv/bin/python bench/globe.py /tmp/globe [case ...]
-    # cases: utm-180 north south horizon horizon-average
+    # cases: utm-180 mercator-180 north south horizon horizon-average
 """
 
 from __future__ import annotations
@@ -49,6 +49,12 @@ CASES: dict[str, tuple[Any, dict[str, Any], tuple[str, ...]]] = {
     "utm-180": (
         lambda root: write_chukotka(root, west=179.45, east=180.55, south=64.93, north=65.12),
         {"crs": "EPSG:4326", "resolution": 0.0004, "bounds": [179.45, 64.93, 180.55, 65.12]},
+        ("bilinear", "average", "nearest"),
+    ),
+    "mercator-180": (
+        lambda root: write_chukotka(root, west=179.45, east=180.55, south=64.93, north=65.12),
+        # the same place in Web Mercator, x continuous past its east edge (20037508.34 m): 179.45..180.55
+        {"crs": "EPSG:3857", "resolution": 40, "bounds": [19976280, 9589920, 20098760, 9640080]},
         ("bilinear", "average", "nearest"),
     ),
     "north": (

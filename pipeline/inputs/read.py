@@ -24,7 +24,7 @@ import numpy as np
 from pipeline.config import is_url
 from pipeline.errors import TileReadError
 from pipeline.inputs import netstats
-from pipeline.planning.grid import offset_transform
+from pipeline.planning.grid import offset_transform, x_turn
 from pipeline.planning.plan import SourceWindow
 
 if TYPE_CHECKING:  # the model imports pydantic; workers need only its attributes
@@ -263,8 +263,9 @@ def geometry_mismatch(ds: Any, src: SourceWindow) -> str | None:
     r0, c0 = src.window[:2]
     _, _, x0, _, _, y0 = offset_transform(tuple(t)[:6], r0, c0)
     dx = x0 - src.transform[2]
-    if ds.crs is not None and ds.crs.is_geographic:  # planned a turn over, past 180 on a geographic grid
-        dx -= 360.0 * round(dx / 360.0)
+    turn = x_turn(src.crs)
+    if turn is not None:  # planned a turn over, on a grid past 180
+        dx -= turn.period * round(dx / turn.period)
     if abs(dx) > abs(t.a) * 1e-3 or abs(y0 - src.transform[5]) > abs(t.e) * 1e-3:
         return (
             f"{level}'s origin ({t.c:.6f}, {t.f:.6f}) differs from the tile's metadata: the file moved or "

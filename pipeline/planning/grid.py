@@ -28,11 +28,72 @@ def _transformer(src_crs: str, dst_crs: str):  # type: ignore[no-untyped-def]
 
 
 def transform_points(src_crs: str, dst_crs: str, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Vectorised point transform (x/y order whatever the CRS's axis order)."""
+    """Vectorised point transform (x/y order whatever the CRS's axis order). Between two CRSs whose x wraps
+    (:func:`x_turn`) a point keeps its turn: longitude 181 goes to Web Mercator's x past its east edge, not
+    to its west one (PROJ brings every longitude back to its CRS's own turn)."""
     if src_crs == dst_crs:
         return np.asarray(x, dtype="f8"), np.asarray(y, dtype="f8")
-    xo, yo = _transformer(src_crs, dst_crs).transform(np.asarray(x, "f8"), np.asarray(y, "f8"))
-    return np.asarray(xo), np.asarray(yo)
+    x = np.asarray(x, "f8")
+    xo, yo = _transformer(src_crs, dst_crs).transform(x, np.asarray(y, "f8"))
+    xo, yo = np.asarray(xo), np.asarray(yo)
+    ts, td = x_turn(src_crs), x_turn(dst_crs)
+    if ts is None or td is None:
+        return xo, yo
+    linear = td.x_at(ts.longitude_at(x))  # where x's turn puts the point; PROJ's answer is whole turns from it
+    with np.errstate(invalid="ignore"):
+        k = np.round((linear - xo) / td.period)
+        return np.where(np.isfinite(xo) & np.isfinite(k), xo + k * td.period, xo), yo
+
+
+@dataclass(frozen=True)
+class Turn:
+    """How a CRS's x wraps around the globe: every ``period`` (360 degrees in a geographic CRS; the equator's
+    length in a cylindrical projection), the turn its own x range covers starting at ``west``, the image of
+    longitude ``west_lon`` (-180 in EPSG:4326; -20037508.34 m, longitude -180, in Web Mercator)."""
+
+    period: float
+    west: float
+    west_lon: float
+
+    def longitude_at(self, x: np.ndarray) -> np.ndarray:
+        """The longitude (continuous, past 180 a turn over) of x in this CRS."""
+        return self.west_lon + (x - self.west) * (360.0 / self.period)
+
+    def x_at(self, lon: np.ndarray) -> np.ndarray:
+        """x in this CRS of a continuous longitude."""
+        return self.west + (lon - self.west_lon) * (self.period / 360.0)
+
+
+@lru_cache(maxsize=64)
+def x_turn(crs: str) -> Turn | None:
+    """How ``crs``'s x wraps: a geographic CRS, or a cylindrical projection (Mercator, Web Mercator, Plate
+    Carree, equal-area cylindrical: x proportional to longitude whatever the latitude, measured here);
+    None for any other CRS, whose x does not wrap."""
+    from pyproj import CRS
+
+    c = CRS.from_user_input(crs)
+    if c.is_geographic:
+        return Turn(360.0, -180.0, -180.0)
+    if not c.is_projected or c.geodetic_crs is None:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # (the PROJ string loses nothing this reads)
+            lon0 = float(c.to_dict().get("lon_0", 0.0))
+    except (TypeError, ValueError):
+        lon0 = 0.0
+    lon = lon0 + np.array([-90.0, 0.0, 90.0] * 3)
+    lat = np.repeat([0.0, 40.0, -55.0], 3)
+    geodetic = c.geodetic_crs.to_wkt()
+    x, _ = _transformer(geodetic, crs).transform(lon, lat)
+    x = np.asarray(x).reshape(3, 3)
+    quarter = float(x[0, 2] - x[0, 1])
+    if not (np.isfinite(x).all() and quarter > 0):
+        return None
+    tol = 1e-9 * quarter
+    if np.abs(x - x[0]).max() > tol or abs((x[0, 1] - x[0, 0]) - quarter) > tol:
+        return None  # x moves with latitude, or not in proportion to longitude
+    return Turn(4.0 * quarter, float(x[0, 1]) - 2.0 * quarter, lon0 - 180.0)
 
 
 def densify_boxes(boxes: np.ndarray, n: int = 9) -> tuple[np.ndarray, np.ndarray]:
@@ -79,14 +140,16 @@ def pole_positions(crs: str) -> tuple[tuple[float, float] | None, ...]:
     return tuple((float(x[k]), float(y[k])) if ok[k] else None for k in range(2))
 
 
-def unwrap_longitudes(lon: np.ndarray) -> np.ndarray:
-    """Longitudes (rows of points) made continuous: each within 180 degrees of its row's first finite one,
-    so a row across the antimeridian runs past 180 (or -180) instead of jumping across the world."""
+def unwrap_longitudes(lon: np.ndarray, period: float = 360.0) -> np.ndarray:
+    """Longitudes (rows of points; or x in a CRS that wraps every ``period``) made continuous: each within
+    half a turn of its row's first finite one, so a row across the antimeridian runs past 180 (or -180)
+    instead of jumping across the world."""
     finite = np.isfinite(lon)
     first = np.argmax(finite, axis=1)
     ref = lon[np.arange(len(lon)), first][:, None]
+    half = period / 2.0
     with np.errstate(invalid="ignore"):
-        return ref + (lon - ref + 180.0) % 360.0 - 180.0
+        return ref + (lon - ref + half) % period - half
 
 
 def _interior(boxes: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -119,7 +182,7 @@ def transform_boxes_partial(
     ``interior`` grid inside, as GDAL samples a window whose edges fail. A box that holds a pole holds the
     pole's image: in a geographic ``dst_crs`` every longitude and latitude 90 (or -90). In a geographic
     ``dst_crs`` longitudes are continuous (:func:`unwrap_longitudes`): a box across the antimeridian runs
-    past 180 or -180.
+    past 180 or -180 (in a cylindrical ``dst_crs``, past its x range, alike).
 
     Also, per box, whether some of its points did not project (it lies across the edge of the projection's
     domain): its box is then that of the part that did, which may miss some of what projects."""
@@ -138,14 +201,15 @@ def transform_boxes_partial(
         px[failed], py[failed] = gx, gy
         xo, yo = np.concatenate([xo, px], axis=1), np.concatenate([yo, py], axis=1)
     geographic = is_geographic(dst_crs)
-    if geographic:
-        xo = unwrap_longitudes(xo)
+    turn = x_turn(dst_crs)
+    if turn is not None:
+        xo = unwrap_longitudes(xo, turn.period)
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: unprojectable boxes stay NaN
         out = np.stack([np.nanmin(xo, 1), np.nanmin(yo, 1), np.nanmax(xo, 1), np.nanmax(yo, 1)], axis=1)
-    if geographic:
-        wide = out[:, 2] - out[:, 0] >= 360.0
-        out[wide, 0], out[wide, 2] = -180.0, 180.0
+    if turn is not None:
+        wide = out[:, 2] - out[:, 0] >= turn.period
+        out[wide, 0], out[wide, 2] = turn.west, turn.west + turn.period
     for k, pole in enumerate(pole_positions(src_crs)):
         if pole is None:
             continue

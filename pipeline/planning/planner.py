@@ -191,15 +191,15 @@ def compute_plan(
     if bounds is None:
         bounds = infer_bounds(footprints, crs)
     grid = compute_grid(crs, res_xy, chunks_yx, bounds)
-    # A geographic grid past 180: each tile where it lies on the grid, a copy per turn (usually one, unshifted).
+    # A grid past 180 (geographic or cylindrical): each tile where it lies on it, a copy per turn (usually one).
     origin, shift = wrap_copies(footprints, grid)
     if len(origin) != len(tiles) or shift.any():
-        tiles = shift_tiles(tiles, origin, shift)
+        tiles = shift_tiles(tiles, origin, shift, grid.crs)
         footprints = footprints[origin] + shift[:, None] * np.array([1.0, 0.0, 1.0, 0.0])
         partial = partial[origin]
         layer = None if layer is None else layer[origin]
         if mask_of is not None:
-            mask_of, mask_table = shift_masks(mask_of[origin], mask_table, tiles, shift)
+            mask_of, mask_table = shift_masks(mask_of[origin], mask_table, tiles, shift, grid.crs)
     band_names, band_code = tiles.codes("band")
     methods = compute_band_methods(list(bands_order or band_names), resampling, categorical)
     bands = compute_band_specs(tiles, bands_order, band_attrs, methods)

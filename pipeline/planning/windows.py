@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pipeline.errors import ConfigError
-from pipeline.planning.grid import GridSpec, is_geographic, transform_boxes_partial, transform_points
+from pipeline.planning.grid import GridSpec, transform_boxes_partial, transform_points, x_turn
 from pipeline.resample.methods import METHODS
 
 if TYPE_CHECKING:
@@ -264,9 +264,10 @@ def chunk_windows(
         bx = boxes_src[pair_cy[sel] * nx + pair_cx[sel]]
         edge_pairs.append(sel[across[pair_cy[sel] * nx + pair_cx[sel]]])
         t = aff[tile_of[sel]]
-        if is_geographic(crs_names[code]):  # the chunk's longitudes, by whole turns, where the tile lies
-            turn = np.round((t[:, 2] + t[:, 0] * lw[tile_of[sel]] / 2 - (bx[:, 0] + bx[:, 2]) / 2) / 360.0)
-            bx = bx + np.nan_to_num(turn)[:, None] * np.array([360.0, 0.0, 360.0, 0.0])
+        own = x_turn(crs_names[code])
+        if own is not None:  # the chunk's x (longitudes), by whole turns, where the tile lies
+            k = np.round((t[:, 2] + t[:, 0] * lw[tile_of[sel]] / 2 - (bx[:, 0] + bx[:, 2]) / 2) / own.period)
+            bx = bx + np.nan_to_num(k)[:, None] * np.array([own.period, 0.0, own.period, 0.0])
         pad_sel = pad if np.isscalar(pad) else np.asarray(pad)[tile_of[sel]]
         with np.errstate(invalid="ignore"):
             col0 = np.floor((bx[:, 0] - t[:, 2]) / t[:, 0]) - pad_sel
@@ -309,13 +310,13 @@ def _from_source(
     nx = grid.n_chunks_yx[1]
     s = np.linspace(0.0, 1.0, samples)
     u, v = (m.ravel() for m in np.meshgrid(s, s))
-    geographic = is_geographic(grid.crs)
+    turn = x_turn(grid.crs)
     for tile in np.unique(tile_of[edge]).tolist():
         t = aff[tile]
         cols, rows = u * lw[tile], v * lh[tile]
         gx, gy = transform_points(crs_names[crs_code[tile]], grid.crs, t[2] + cols * t[0], t[5] + rows * t[4])
-        if geographic:
-            gx = c + (gx - c) % 360.0
+        if turn is not None:
+            gx = c + (gx - c) % turn.period
         with np.errstate(invalid="ignore"):
             gc, gr = (gx - c) / a, (gy - f) / e
             on = np.isfinite(gc) & np.isfinite(gr) & (gc >= 0) & (gc < w) & (gr >= 0) & (gr < h)
