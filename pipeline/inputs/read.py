@@ -263,7 +263,7 @@ def geometry_mismatch(ds: Any, src: SourceWindow) -> str | None:
     r0, c0 = src.window[:2]
     _, _, x0, _, _, y0 = offset_transform(tuple(t)[:6], r0, c0)
     dx = x0 - src.transform[2]
-    turn = x_turn(src.crs)
+    turn = x_turn(src.crs) if abs(dx) > abs(t.a) * 1e-3 else None
     if turn is not None:  # planned a turn over, on a grid past 180
         dx -= turn.period * round(dx / turn.period)
     if abs(dx) > abs(t.a) * 1e-3 or abs(y0 - src.transform[5]) > abs(t.e) * 1e-3:
