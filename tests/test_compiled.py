@@ -136,6 +136,33 @@ def test_bilinear_gives_the_numpy_kernels_bits(dtype: str, nodata: float, scale:
         np.testing.assert_array_equal(got, reference, err_msg=f"{dtype} {nodata} x{scale} {name}")
 
 
+@pytest.mark.parametrize("dtype", ["uint16", "float32"])
+@pytest.mark.parametrize("nodata", [math.nan, 0.0])
+def test_average_of_footprints_of_no_width_reads_the_column_they_lie_on(dtype: str, nodata: float) -> None:
+    """A map turned by 45 degrees puts each pixel's top-left and bottom-right corners on one source column
+    (as a pixel's corners land on one meridian near a pole): footprints of no width, to a float32
+    rounding. Each reads that column with weight 1, as GDAL's average weighs a footprint within one pixel
+    along an axis: every pixel is filled, with the mean of its rows of that column by their overlaps (GDAL's
+    weights, in float64 here), and the compiled kernel gives the NumPy kernel's bits."""
+    n = 40
+    rng = np.random.default_rng(3)
+    src = rng.integers(1, 4000, (64, 64)).astype(dtype)
+    lines = rotated_lines(n + 1, 0.0, 1.0, 45.0, (32.0, 2.0))
+    cmap = CoordMap((n, n), corners=lines)
+    reference = resample_average(src, nodata, cmap)
+    got = compiled.resample(src, nodata, cmap.keeping_taps(), "average")
+    assert got is not None
+    np.testing.assert_array_equal(got, reference)
+    x, y = (p.astype("f4").astype("f8") for p in lines.positions(np))
+    for r, c in [(0, 0), (5, 17), (20, 20), (39, 1), (39, 39)]:
+        (x0, x1), (y0, y1) = sorted((x[r, c], x[r + 1, c + 1])), (y[r, c], y[r + 1, c + 1])
+        assert abs(x1 - x0) < 1e-4 and 1.41 < y1 - y0 < 1.42
+        col, rows = math.floor(x0 + 1e-10), range(math.floor(y0 + 1e-10), math.ceil(y1 - 1e-10))
+        w = np.array([min(k + 1, y1) - max(k, y0) for k in rows])
+        expected = float(np.sum(w * src[list(rows), col].astype("f8")) / w.sum())
+        assert abs(float(reference[r, c]) - expected) <= (0.5 if dtype == "uint16" else 1e-3), (r, c)
+
+
 @pytest.mark.parametrize("nodata", [math.nan, 0.0])
 def test_bilinear_gives_the_bits_of_the_numpy_kernel_that_prefilters_by_bands(
     monkeypatch: pytest.MonkeyPatch, nodata: float

@@ -31,7 +31,7 @@
 #define HALF32 0.5f
 #define INDEX_BOUND 1073741824.0
 #define MAX_REACH 65536.0 /* taps along an axis past which average_reach leaves a map to the NumPy kernel */
-#define KERNELS_ABI 7      /* what kernels_abi() returns; compiled.py checks it (bump with any change here) */
+#define KERNELS_ABI 8      /* what kernels_abi() returns; compiled.py checks it (bump with any change here) */
 
 /* This file's version, so that a library built from an older one is not used (compiled.py). */
 int kernels_abi(void) { return KERNELS_ABI; }
@@ -262,7 +262,8 @@ int average_reach(const int64_t *row_ptr, const int64_t *col, const int64_t *cou
 }
 
 /* One axis of a row's footprints (common._footprint_taps in float32): the first source index (bounded)
- * into first[c] and k_max weights (0 past the footprint) into wts[k * stride + c]. */
+ * into first[c] and k_max weights (0 past the footprint) into wts[k * stride + c]. A footprint that ends
+ * within its first pixel (u <= 1, of no length too) weighs it 1, as GDAL's average does. */
 static void row_taps(const float *restrict lo, const float *restrict hi, int64_t w, int64_t k_max, int64_t stride,
                      int32_t *restrict first, float *restrict wts, float *restrict f_row, float *restrict u_row) {
     for (int64_t c = 0; c < w; c++) {
@@ -271,7 +272,7 @@ static void row_taps(const float *restrict lo, const float *restrict hi, int64_t
         const float a = lo[c] - f;
         f_row[c] = f;
         u_row[c] = u;
-        wts[c] = (u < 1.0f ? u : 1.0f) - a;
+        wts[c] = u <= 1.0f ? 1.0f : 1.0f - a;
     }
     for (int64_t k = 1; k < k_max; k++) {
         float *restrict wk = wts + k * stride;

@@ -265,7 +265,12 @@ def _footprint_taps(lo: Any, hi: Any, xp: Any, ordered: bool = False) -> Taps:
     footprint covers whole (downsampling by 2 or more) weighs :data:`ONE`, a number, not an array.
 
     With ``u`` the footprint's end measured from its first pixel's left edge, tap ``k >= 1`` overlaps
-    ``clip(u - k, 0, 1)`` and the first ``min(u, 1)`` less the part left of the footprint. Taps past
+    ``clip(u - k, 0, 1)`` and the first ``1`` less the part left of the footprint. A footprint that ends
+    within its first pixel (``u <= 1``) weighs that pixel 1 whatever its length, as GDAL's average does
+    (one source pixel along an axis: weight 1), so one of no length reads the pixel it lies on: near a
+    pole a destination pixel's two corners can land on one meridian (or parallel), and its footprint,
+    from those corners alone, has no width (or height) there. (That weight is a factor of all the pixel's
+    taps, so it changes no mean: it keeps a footprint of no length from weighing nothing.) Taps past
     the source's edges read the zero padding of the gathers, so no clipping here. (Clips with array-free
     bounds: NumPy's minimum against a scalar is several times slower.) First indices are int32 (a
     quarter of the cost of converting to int64), bounded first: positions far off the source stay
@@ -278,11 +283,9 @@ def _footprint_taps(lo: Any, hi: Any, xp: Any, ordered: bool = False) -> Taps:
     u = hi - first
     a = lo - first
     u_min = float(u.min()) if u.size else 0.0
-    if u_min >= 1.0:  # every footprint reaches past its first pixel (scale <= 1): min(u, 1) is 1
-        w0 = xp.subtract(1.0, a, out=a)
-    else:
-        w0 = xp.clip(u, -xp.inf, 1.0)
-        w0 -= a
+    w0 = xp.subtract(1.0, a, out=a)
+    if not u_min > 1.0:  # (some footprint ends within its first pixel; NaN: as the comparisons say)
+        w0[u <= 1.0] = 1.0
     k_max = max(1, int(math.ceil(float(u.max()) - EPS))) if u.size else 1
     wts: list[Any] = [w0]
     for k in range(1, k_max):

@@ -61,7 +61,7 @@ _SIGNATURES: dict[str, list[Any]] = {  # the argument types of each function in 
 }
 
 
-ABI = 7
+ABI = 8
 """``kernels_abi()`` of the library this module calls (``KERNELS_ABI`` in ``_fused.c``): another value is a
 library built from another version of the file (a failed rebuild leaves the old one in place)."""
 _unusable: list[str] = []
