@@ -248,7 +248,8 @@ def test_cuts_move_to_the_start_of_a_band_and_date_when_one_is_near(sizes: list[
     for due in share * np.arange(1, k):
         near = np.abs(csum[group_start[1:]] - due)
         if near.size and near.min() < SNAP_TO_GROUP * share:
-            assert np.isin(group_start[1:][near == near.min()], bounds).any()  # (of equally near ones)
+            # (of equally near ones: the test's dues and the packer's differ in their last bits)
+            assert np.isin(group_start[1:][near <= near.min() + 1e-9 * share], bounds).any()
 
 
 def test_bands_about_a_partition_in_size_are_never_split() -> None:

@@ -78,6 +78,8 @@ def test_a_polar_grid_around_the_north_pole(method: str, north: list[str], tmp_p
         assert fig["mask_mismatch"] <= 0.005, (band, fig)
         if method == "nearest":  # the same source pixels picked
             assert fig["exact"] > 0.98, (band, fig)
+        if method == "bilinear":  # its one stretch per tile measured at the tile's centre, not the pole
+            assert fig["mean_diff"] <= 8.0, (band, fig)
         if method == "average":  # (2 pixels of B01: the approximate transformer at the tiles' 88N edge)
             assert fig["missing"] <= 0.0002 and fig["mean_diff"] <= 0.5, (band, fig)
     centre = ds["B01"].isel(time=0).sel(x=slice(-20000, 20000), y=slice(20000, -20000)).values

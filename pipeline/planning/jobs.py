@@ -46,6 +46,9 @@ class SourceWindow:
     offsets): source positions are formed from it, in the tile's pixels, and then moved by the window's
     whole offsets, so a pixel's position has the same bits whichever window reads it. None: the window's
     own corner (a window read on its own)."""
+    tile_shape: tuple[int, int] | None = None
+    """(height, width) of the tile at that level: where a kernel's one stretch for the whole tile is measured
+    (its centre, :func:`pipeline.resample.warp.map_for`). None: at the tile's corner."""
 
 
 @dataclass(frozen=True)
@@ -177,7 +180,10 @@ def pack_jobs(jobs: tuple[ChunkJob, ...]) -> Packed:
             k = files.setdefault((w.path, w.overview_level, w.band_index, *o), len(files))
             if k == len(file_rows):
                 t = w.transform
-                file_rows.append((w.path, w.overview_level, w.crs, w.nodata, t[0], t[1], t[3], t[4], w.band_index, *o))
+                shape = w.tile_shape or (-1, -1)
+                file_rows.append(
+                    (w.path, w.overview_level, w.crs, w.nodata, t[0], t[1], t[3], t[4], w.band_index, *o, *shape)
+                )
             src_file.append(k)
             src_win.append(w.window)
             src_cf.append((w.transform[2], w.transform[5]))
@@ -222,7 +228,7 @@ def unpack_jobs(
         b, t, cy, cx, r0, c0, h, w, n = row
         sources = []
         for k in range(s, s + n):
-            path, level, crs, nodata, a, bb, d, e, bidx, ox, oy = file_rows[src_file[k]]
+            path, level, crs, nodata, a, bb, d, e, bidx, ox, oy, th, tw = file_rows[src_file[k]]
             c, f = src_cf[k]
             wr, wc, wh, ww = src_win[k]
             dr, dc, dh, dw = src_dst[k]
@@ -240,6 +246,7 @@ def unpack_jobs(
                     layer=layer,
                     mask=None if m < 0 else masks[m],
                     tile_origin=None if math.isnan(ox) else (ox, oy),
+                    tile_shape=None if th < 0 else (th, tw),
                 )
             )
         s += n

@@ -84,6 +84,8 @@ class PlanTables:
     """Per tile, the row of the mask table that judges it (-1: none); None: no mask."""
     masks: tuple[MaskSource, ...] = ()
     """The mask table: every mask tile a data tile is judged by."""
+    shape: np.ndarray | None = None
+    """(tiles, 2) height and width of each tile at its level; None: unknown (stretches measured at corners)."""
 
 
 class Partitions(Sequence[Partition]):
@@ -141,7 +143,8 @@ class Partitions(Sequence[Partition]):
             k = files.setdefault(key, len(files))
             if k == len(file_rows):
                 row = (t.paths[i], int(t.levels[i]), t.crs[i], float(t.nodata[i]), a[0], a[1], a[3], a[4])
-                file_rows.append((*row, int(t.bidx[i]), a[2], a[5]))
+                shape = (-1, -1) if t.shape is None else (int(t.shape[i, 0]), int(t.shape[i, 1]))
+                file_rows.append((*row, int(t.bidx[i]), a[2], a[5], *shape))
             k_of[i] = k
         src_file = np.array([k_of[i] for i in tiles.tolist()], dtype=np.int32)
         # where each window's chunk is, and the part of it the tile's footprint covers (plus a pixel)

@@ -338,6 +338,7 @@ def compute_plan(
         layer=layer,
         mask_of=mask_of,
         masks=mask_table,
+        shape=np.stack([lh, lw], axis=1).astype(np.int64),
     )
     read_any = np.zeros(int(origin.max(initial=-1)) + 1, dtype=bool)
     read_any[origin[tile_of]] = True  # a tile read through any of its copies counts once

@@ -155,7 +155,9 @@ def _unit_metres(crs: str) -> float | None:
 def _scale(src: SourceWindow, dst_transform: tuple[float, ...], dst_crs: str) -> tuple[float, float] | None:
     """Destination pixels per source pixel, the same for every chunk: from the two grids' pixel sizes
     (projected CRSs, or one CRS), else (a geographic CRS) one destination pixel's steps measured in the
-    source's pixels at the tile's corner. None (estimated per map) where neither is known."""
+    source's pixels at the tile's centre (at its corner where its size is not known: near a pole the corner
+    can be the pole itself, where a pixel spans every longitude). None (estimated per map) where neither is
+    known."""
     fs, fd = _unit_metres(src.crs), _unit_metres(dst_crs)
     t = src.transform
     if (fs is not None and fd is not None) or same_crs(src.crs, dst_crs):
@@ -164,6 +166,8 @@ def _scale(src: SourceWindow, dst_transform: tuple[float, ...], dst_crs: str) ->
     if src.tile_origin is None or t[1] != 0 or t[3] != 0:
         return None
     x0, y0 = src.tile_origin
+    if src.tile_shape is not None:
+        x0, y0 = x0 + t[0] * src.tile_shape[1] / 2, y0 + t[4] * src.tile_shape[0] / 2
     px, py = transform_points(src.crs, dst_crs, np.array([x0]), np.array([y0]))
     da, de = dst_transform[0], dst_transform[4]
     sx, sy = transform_points(dst_crs, src.crs, px + np.array([0.0, da, 0.0]), py + np.array([0.0, 0.0, de]))
