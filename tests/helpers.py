@@ -35,6 +35,20 @@ def write_config(folder: Path, inputs_glob: str, **sections: Any) -> Path:
     return path
 
 
+def run_raw(folder: Path, raw: dict[str, Any]) -> tuple[Any, Any]:
+    """Run the config ``raw`` (written to ``folder/config.yaml``) in this process: the run's result and its
+    cube at ``folder/out.zarr``, opened raw (``mask_and_scale=False``)."""
+    import xarray as xr
+
+    from pipeline.config import load_config
+    from pipeline.execute.runner import run
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(raw))
+    result = run(load_config(folder / "config.yaml"))
+    return result, xr.open_zarr(folder / "out.zarr", mask_and_scale=False)
+
+
 def virtual_tiles(specs: list[tuple[str, float, float, int, int, float, str, str]]) -> Any:
     """A tile table of tiles with no files behind them, sorted by path (the fuse order), for planning
     tests: specs of (crs, x0, y0, width, height, res, band, date), north-up, nodata 0."""

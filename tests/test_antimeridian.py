@@ -14,13 +14,12 @@ import xarray as xr
 import yaml
 
 from pipeline.config import load_config
-from pipeline.execute.runner import run
 from pipeline.planning.globe import PlanCoverageError, check_coverage, infer_bounds, wrap_copies
 from pipeline.planning.grid import compute_grid
 from pipeline.planning.planner import compute_plan
 from pipeline.tools.stac_items import write_geoparquet, write_item_collection
 from tests.globe import antimeridian_items, compare, fused_gdal, write_chukotka, write_fiji, write_tile
-from tests.helpers import PATTERN, serve_stac, virtual_tiles
+from tests.helpers import PATTERN, run_raw, serve_stac, virtual_tiles
 from tests.test_end_to_end import assert_matches_gdal
 
 BOUNDS = [179.92, 64.985, 180.08, 65.015]
@@ -44,10 +43,7 @@ def _run(folder: Path, inputs: dict[str, Any], grid: dict[str, Any], resampling:
         "output": {"path": str(folder / "out.zarr"), "chunks": {"y": 128, "x": 256}},
         "execution": {"scheduler": "threads", "workers": 2, "partition_mb": 1},
     }
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.yaml").write_text(yaml.safe_dump(raw))
-    result = run(load_config(folder / "config.yaml"))
-    return result, xr.open_zarr(folder / "out.zarr", mask_and_scale=False)
+    return run_raw(folder, raw)
 
 
 def _against_gdal(ds: xr.Dataset, files: list[str], methods: dict[str, str], crs: str = "EPSG:4326") -> None:

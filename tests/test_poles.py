@@ -10,13 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 import xarray as xr
-import yaml
 
-from pipeline.config import load_config
-from pipeline.execute.runner import run
 from pipeline.planning.grid import transform_boxes
 from tests.globe import compare, fused_gdal, write_north_pole, write_south_pole
-from tests.helpers import PATTERN
+from tests.helpers import PATTERN, run_raw
 from tests.test_end_to_end import assert_matches_gdal
 
 NORTH = {"crs": "EPSG:3413", "resolution": 2000, "bounds": [-200000, -200000, 200000, 200000]}
@@ -31,11 +28,9 @@ def _run(folder: Path, files: list[str], grid: dict[str, Any], method: str) -> x
         "output": {"path": str(folder / "out.zarr"), "chunks": {"y": 64, "x": 64}},
         "execution": {"scheduler": "threads", "workers": 2, "partition_mb": 1},
     }
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.yaml").write_text(yaml.safe_dump(raw))
-    result = run(load_config(folder / "config.yaml"))
+    result, ds = run_raw(folder, raw)
     assert result.exit_code == 0 and not result.skipped
-    return xr.open_zarr(folder / "out.zarr", mask_and_scale=False)
+    return ds
 
 
 def _figures(ds: xr.Dataset, files: list[str], crs: str, method: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -13,12 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 import xarray as xr
-import yaml
 
-from pipeline.config import load_config
-from pipeline.execute.runner import run
 from pipeline.tools.stac_items import write_geoparquet
-from tests.helpers import PATTERN, serve_stac
+from tests.helpers import PATTERN, run_raw, serve_stac
 from tests.realworld import (
     L_OFFSET,
     L_SCALE,
@@ -56,10 +53,7 @@ def _run(folder: Path, inputs: dict[str, Any], **extra: Any) -> tuple[Any, xr.Da
         "execution": {"scheduler": "threads", "workers": 2, "partition_mb": 1},
         **extra,
     }
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.yaml").write_text(yaml.safe_dump(raw))
-    result = run(load_config(folder / "config.yaml"))
-    return result, xr.open_zarr(folder / "out.zarr", mask_and_scale=False)
+    return run_raw(folder, raw)
 
 
 def _check_against_gdal(ds: xr.Dataset, files: dict[str, tuple[str, int]], methods: dict[str, str]) -> None:

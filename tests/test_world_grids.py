@@ -11,14 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 import xarray as xr
-import yaml
 
-from pipeline.config import load_config
-from pipeline.execute.runner import run
 from pipeline.planning.globe import infer_bounds
 from pipeline.planning.grid import transform_points, x_turn
 from tests.globe import compare, fused_gdal, write_chukotka, write_fiji, write_tile
-from tests.helpers import PATTERN
+from tests.helpers import PATTERN, run_raw
 from tests.test_end_to_end import assert_matches_gdal
 
 EDGE = 20037508.342789244
@@ -45,10 +42,7 @@ def _run(folder: Path, files: list[str], grid: dict[str, Any], method: str) -> t
         "output": {"path": str(folder / "out.zarr"), "chunks": {"y": 128, "x": 128}},
         "execution": {"scheduler": "threads", "workers": 2, "partition_mb": 1},
     }
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.yaml").write_text(yaml.safe_dump(raw))
-    result = run(load_config(folder / "config.yaml"))
-    return result, xr.open_zarr(folder / "out.zarr", mask_and_scale=False)
+    return run_raw(folder, raw)
 
 
 def _against_gdal(ds: xr.Dataset, files: list[str], method: str) -> None:
