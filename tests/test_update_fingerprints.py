@@ -5,6 +5,7 @@ a STAC asset's ``updated``, a local file's size and mtime; and a record written 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -200,3 +201,40 @@ def test_stac_asset_fields_give_the_version(kind: str) -> None:
     del item["properties"]["updated"]
     rows = asset_rows_from_items([item], {"B02": "B02"}, None, [])
     assert rows["version"] == ["updated:v1" if kind == "updated" else "checksum:v1"]
+
+
+def test_a_local_stac_asset_without_a_version_is_fingerprinted_by_its_file(tmp_path: Path, small_dir: Path) -> None:
+    """Items that say neither ``updated`` nor ``file:checksum`` (as many static catalogs): a local asset
+    rewritten in place, the same size, is seen by its file's mtime, and its date alone recomputed."""
+    inputs = make_inputs(tmp_path, small_dir)
+    items = items_from_files(sorted(str(p) for p in inputs.glob("*/*.tif")))
+    for it in items:
+        it["properties"].pop("updated", None)
+        for asset in it["assets"].values():
+            asset.pop("updated", None)
+            asset.pop("file:checksum", None)
+    write_item_collection(items, str(tmp_path / "items.json"))
+    path = write_config(tmp_path, "unused", execution={"scheduler": "threads"})
+    raw = yaml.safe_load(path.read_text())
+    raw["inputs"] = {"stac": str(tmp_path / "items.json")}
+    path.write_text(yaml.safe_dump(raw))
+    cfg = load_config(path, [f"output.path={tmp_path / 'cube.zarr'}"])
+    pipeline.run(cfg)
+    assert pipeline.update(cfg).report["update"]["recomputed"] == []
+    changed = next(it for it in items if it["properties"]["datetime"].startswith("2024-06-11"))
+    href = sorted(a["href"] for a in changed["assets"].values())[0]
+    local = Path(href.removeprefix("file://"))
+    data = local.read_bytes()
+    local.write_bytes(data)  # rewritten in place: the same bytes and size, a new mtime
+    os.utime(local, ns=(local.stat().st_atime_ns, local.stat().st_mtime_ns + 10**9))
+    u = pipeline.update(cfg).report["update"]
+    assert len(u["recomputed"]) == 1 and u["recomputed"][0].startswith("2024-06-11"), u
+    assert u["why"][u["recomputed"][0]] == [f"tile rewritten: {href} (modified)"]
+
+
+def test_a_stac_record_of_sizes_alone_is_compared_by_size() -> None:
+    """A cube recorded with a STAC asset's ``file:size`` alone (``size:0``), the asset now a local file
+    fingerprinted by its stat: an mtime of 0 is not known, so the size decides, and nothing is recomputed."""
+    assert source_change(fingerprint(100, 0), fingerprint(100, 1_717_000_000 * 10**9)) is None
+    assert source_change(fingerprint(100, 0), fingerprint(101, 1_717_000_000 * 10**9)) == "size 100 -> 101"
+    assert source_change(fingerprint(100, 5), fingerprint(100, 6)) == "modified"

@@ -58,7 +58,8 @@ def source_change(old: str, new: str) -> str | None:
     """Why one source differs from its record (None: it does not). Where both fingerprints are of one kind,
     size and that value decide: an ETag or a STAC ``updated`` that did not change means the same file,
     whatever its mtime (an identical re-upload). Where one has no kind (a local file, a record written
-    before kinds were kept, a server that sends no ETag), size and mtime decide. Two different kinds (a STAC
+    before kinds were kept, a server that sends no ETag), size and mtime decide, an mtime of 0 (a STAC
+    asset's ``file:size`` alone) leaving it to size. Two different kinds (a STAC
     item that gained ``updated``) cannot be compared: the date is recomputed, and why says so."""
     s0, m0, k0, v0 = _parse(old)
     s1, m1, k1, v1 = _parse(new)
@@ -68,7 +69,7 @@ def source_change(old: str, new: str) -> str | None:
         return f"size {s0} -> {s1}"
     if k0 and k0 == k1:
         return None if v0 == v1 else f"{k0} {v0} -> {v1}"
-    return None if m0 == m1 else "modified"
+    return None if m0 == m1 or "0" in (m0, m1) else "modified"  # (an mtime of 0: not known, a STAC file:size)
 
 
 def compute_record(
