@@ -272,7 +272,8 @@ def stac_catalog(
             "block_x": block[:, 0].copy(),
             "block_y": block[:, 1].copy(),
             "overview_sizes": sizes,
-            **_unversioned_local_stats(rows["href"], rows["version"], rows["size"]),
+            "size": rows["size"],
+            "mtime": _unversioned_local_mtimes(rows["href"], rows["version"]),
             "version": rows["version"],
             "nodata": rows["nodata"],
             "nodata_from": nodata_from,
@@ -307,24 +308,23 @@ def _classification(rows: dict[str, np.ndarray]) -> dict[str, dict[str, dict[str
     return out
 
 
-def _unversioned_local_stats(hrefs: np.ndarray, versions: np.ndarray, sizes: np.ndarray) -> dict[str, np.ndarray]:
-    """The ``size`` and ``mtime`` columns: an asset whose item says no version (neither ``updated`` nor
-    ``file:checksum``) and whose href is a local file is fingerprinted by its file's size and mtime, as a
-    local glob's tiles are (one stat each), so that a file rewritten in place is seen by ``pipeline update``;
-    any other asset keeps its ``file:size`` (its version, where it has one, decides)."""
+def _unversioned_local_mtimes(hrefs: np.ndarray, versions: np.ndarray) -> np.ndarray:
+    """The ``mtime`` column: an asset whose item says no version (neither ``updated`` nor ``file:checksum``)
+    and whose href is a local file takes its file's mtime (one stat each, as a local glob's tiles), so that
+    ``pipeline update`` sees a file rewritten in place; any other asset 0 (its size is ``file:size``, as the
+    item says, and its version, where it has one, decides)."""
     import os
 
     from pipeline.config import is_url
 
-    size, mtime = np.asarray(sizes, dtype=np.int64).copy(), np.zeros(len(hrefs), dtype=np.int64)
+    mtime = np.zeros(len(hrefs), dtype=np.int64)
     for i in np.flatnonzero(np.asarray([not v for v in versions], dtype=bool)).tolist():
         href = str(hrefs[i])
         local = href[len("file://") :] if href.startswith("file://") else href
         if is_url(local):
             continue
         try:
-            st = os.stat(local)
+            mtime[i] = os.stat(local).st_mtime_ns
         except OSError:
             continue  # a missing file is skipped, and said, where it is read
-        size[i], mtime[i] = st.st_size, st.st_mtime_ns
-    return {"size": size, "mtime": mtime}
+    return mtime
