@@ -20,7 +20,7 @@ from pipeline.errors import PYTHON_SWITCHES, ConfigError, StoreError, Switches
 from pipeline.execute.context import TaskContext
 from pipeline.execute.schedulers import machine_mb
 from pipeline.execute.workers import usable_cores
-from pipeline.inputs.catalog import build_catalog, mask_rule
+from pipeline.inputs.catalog import build_catalog, mask_rule, with_versions
 from pipeline.inputs.tiles import Catalog
 from pipeline.planning.plan import Partitions, Plan
 from pipeline.planning.planner import compute_plan
@@ -263,7 +263,7 @@ def plan_update(config: Config, catalog: Catalog, plan: Plan) -> UpdateWork | No
         return None
     path, storage = config.output.path, config.storage
     check_cube(path, state, plan, config.output_settings())
-    tiles = catalog.tiles
+    tiles = with_versions(config.inputs, storage, catalog.tiles)  # (STAC objects without one: their ETags)
     current = tiles_record(tiles)
     marker = read_marker(path, storage)
     diff = compute_diff(state.times, state.record, current)

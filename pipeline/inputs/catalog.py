@@ -76,6 +76,18 @@ def build_catalog(
     return found
 
 
+def with_versions(inputs: InputsConfig, storage: StorageConfig, tiles: TileTable) -> TileTable:
+    """``tiles`` with what tells each file's version from another where finding them did not say it, for
+    ``pipeline update``, which compares fingerprints: a STAC source's objects that their items give no
+    version, their ETags (one HEAD each; :func:`pipeline.inputs.stac.with_object_versions`). A files source
+    has them all from its listing or ``stat``."""
+    if inputs.stac or inputs.stac_search:
+        from pipeline.inputs.stac import with_object_versions
+
+        return with_object_versions(tiles, storage)
+    return tiles
+
+
 def finish_table(
     tiles: TileTable, inputs: InputsConfig, skipped: list[dict[str, str]], *, mask_band: str | None = None
 ) -> TileTable:

@@ -328,3 +328,41 @@ def _unversioned_local_mtimes(hrefs: np.ndarray, versions: np.ndarray) -> np.nda
         except OSError:
             continue  # a missing file is skipped, and said, where it is read
     return mtime
+
+
+def with_object_versions(tiles: TileTable, storage: Any, threads: int = 32) -> TileTable:
+    """``tiles`` with each object (``s3://``, ``https://``) that its STAC item gives no version (neither
+    ``updated`` nor ``file:checksum``) versioned by its ETag and ``Last-Modified``: one HEAD request per
+    object, ``threads`` at a time. For ``pipeline update``, which compares fingerprints; a run does not pay
+    it. An object whose HEAD fails keeps its size alone (the read reports it, if it is gone)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pipeline.config import is_url
+    from pipeline.storage import head_url, list_objects
+
+    versions, mtimes = tiles["version"], tiles["mtime"]
+    todo = sorted({str(p) for p, v in zip(tiles["path"], versions, strict=True) if not v and is_url(str(p))})
+    todo = [p for p in todo if p.startswith(("s3://", "http://", "https://"))]
+    if not todo:
+        return tiles
+
+    def head(url: str) -> tuple[int, str] | None:
+        try:
+            if url.startswith("s3://"):
+                found = list_objects(url, storage)  # a key without wildcards: one HEAD
+                return (found[0][2], found[0][3]) if found else None
+            _, modified, etag = head_url(url)
+            return modified, etag
+        except Exception as e:  # noqa: BLE001 - the version is advice: without it, size decides
+            logger.info("no version for %s: %s", url, type(e).__name__)
+            return None
+
+    with ThreadPoolExecutor(min(threads, len(todo))) as pool:
+        found = dict(zip(todo, pool.map(head, todo), strict=True))
+    version, mtime = versions.copy(), np.asarray(mtimes, dtype=np.int64).copy()
+    for i, p in enumerate(tiles["path"].tolist()):
+        got = found.get(str(p))
+        if got is not None and got[1]:
+            mtime[i], version[i] = got[0], f"etag:{got[1]}"
+    logger.info("STAC: %d objects without a version given their ETag by HEAD", len(todo))
+    return tiles.assign(version=version, mtime=mtime)
