@@ -34,7 +34,8 @@ def small_fixture() -> str:
 
 
 def interrupt_once(folder: Path, small: str, scheduler: str, limit_s: float) -> tuple[str, str]:
-    """(outcome, stderr): the exit code as text, or ``hang`` with the stuck process's stacks."""
+    """(outcome, stderr): the exit code as text, ``hang`` with the process's stacks where it did not exit
+    after the signal, or ``stuck`` with them where it journaled no 2 partitions in 120 s."""
     from pipeline.store.layout import JOURNAL_DIR
 
     shutil.rmtree(folder, ignore_errors=True)
@@ -42,7 +43,10 @@ def interrupt_once(folder: Path, small: str, scheduler: str, limit_s: float) -> 
     cfg = write_config(folder, os.path.join(small, "**", "*.tif"))
     proc = start_pipeline(["run", str(cfg), *SETS, "--set", f"execution.scheduler={scheduler}"])
     journal = folder / "out.zarr" / JOURNAL_DIR
-    wait_journaled(proc, journal, 2)
+    try:
+        wait_journaled(proc, journal, 2)
+    except AssertionError as e:  # stuck before its second partition: the stacks say where
+        return "stuck", str(e)
     os.killpg(proc.pid, signal.SIGINT)
     try:
         _, err = proc.communicate(timeout=limit_s)
@@ -66,8 +70,8 @@ def main() -> None:
         for n in range(runs):
             outcome, err = interrupt_once(out / "run", small, scheduler, limit_s)
             outcomes[outcome] += 1
-            if outcome == "hang":
-                (out / f"hang-{n}.txt").write_text(err)
+            if outcome in ("hang", "stuck"):
+                (out / f"{outcome}-{n}.txt").write_text(err)
             print(n, outcome, flush=True)
     finally:
         for p in busy:

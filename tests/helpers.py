@@ -271,13 +271,20 @@ def start_pipeline(args: list[str]) -> subprocess.Popen[str]:
 def wait_journaled(
     proc: subprocess.Popen[Any], journal: Path, n: int, *, prefix: str = "", poll_s: float = 0.01
 ) -> bool:
-    """Wait until the store's ``journal`` lists ``n`` entries (those whose names start with ``prefix``), the
-    process has ended, or 120 s have passed; whether ``proc`` is still running (and so can be signalled
-    mid-run)."""
+    """Wait until the store's ``journal`` lists ``n`` entries (those whose names start with ``prefix``) or the
+    process has ended; whether ``proc`` is still running (and so can be signalled mid-run). A process still
+    running after 120 s without them is stuck: the test fails with what each of its threads was doing
+    (SIGABRT, printed by faulthandler), not with what a signal sent before its first task would say."""
     deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
+    while proc.poll() is None:
         if journal.exists() and len([e for e in os.listdir(journal) if e.startswith(prefix)]) >= n:
             break
+        if time.time() > deadline:
+            proc.send_signal(signal.SIGABRT)
+            _, err = proc.communicate(timeout=60)
+            raise AssertionError(
+                f"{proc.args!r} journaled fewer than {n} partitions in 120 s; its threads:\n{err[-12000:]}"
+            )
         time.sleep(poll_s)
     return proc.poll() is None
 
