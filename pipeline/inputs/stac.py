@@ -337,21 +337,23 @@ def with_object_versions(tiles: TileTable, storage: Any, threads: int = 32) -> T
     it. An object whose HEAD fails keeps its size alone (the read reports it, if it is gone)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from pipeline.config import is_url
-    from pipeline.storage import head_url, list_objects
+    from pipeline.storage import cached_store, head_key, head_url, split_url
 
     versions, mtimes = tiles["version"], tiles["mtime"]
-    todo = sorted({str(p) for p, v in zip(tiles["path"], versions, strict=True) if not v and is_url(str(p))})
-    todo = [p for p in todo if p.startswith(("s3://", "http://", "https://"))]
+    objects = ("s3://", "http://", "https://")
+    todo = sorted(
+        {str(p) for p, v in zip(tiles["path"], versions, strict=True) if not v and str(p).startswith(objects)}
+    )
     if not todo:
         return tiles
 
     def head(url: str) -> tuple[int, str] | None:
         try:
-            if url.startswith("s3://"):
-                found = list_objects(url, storage)  # a key without wildcards: one HEAD
-                return (found[0][2], found[0][3]) if found else None
-            _, modified, etag = head_url(url)
+            if url.startswith("s3://"):  # one client per bucket, its connections kept
+                bucket, key = split_url(url)
+                _, modified, etag = head_key(cached_store(f"s3://{bucket}", storage), key)
+            else:
+                _, modified, etag = head_url(url)
             return modified, etag
         except Exception as e:  # noqa: BLE001 - the version is advice: without it, size decides
             logger.info("no version for %s: %s", url, type(e).__name__)

@@ -34,7 +34,7 @@ from pipeline.storage.clients import cached_store, object_store, storage_options
 from pipeline.storage.credentials import redact, worker_environment
 from pipeline.storage.errors import store_error
 from pipeline.storage.gdal import CLOUD_DEFAULTS, gdal_options, rasterio_session
-from pipeline.storage.listing import check_access, glob_prefix, glob_regex, head_url, is_glob, list_objects
+from pipeline.storage.listing import check_access, glob_prefix, glob_regex, head_key, head_url, is_glob, list_objects
 from pipeline.storage.objects import delete_keys, list_keys, read_bytes, read_object, write_bytes, write_object
 from pipeline.storage.settings import Storage, StorageSettings, default_storage, task_storage
 from pipeline.storage.urls import scheme, split_url, vsi_path
@@ -50,6 +50,7 @@ __all__ = [
     "gdal_options",
     "glob_prefix",
     "glob_regex",
+    "head_key",
     "head_url",
     "is_glob",
     "list_keys",

@@ -87,48 +87,41 @@ def list_objects(
     try:
         if not is_glob(key_pattern):  # one named object: one HEAD (a listing's prefix is a folder)
             try:
-                meta = obstore.head(store, key_pattern)
+                return [(pattern, *head_key(store, key_pattern))]
             except (FileNotFoundError, obstore.exceptions.NotFoundError):
                 return []
-            modified = meta["last_modified"]
-            return [
-                (
-                    pattern,
-                    int(meta["size"]),
-                    int(modified.timestamp() * 1e9) if modified else 0,
-                    str(meta.get("e_tag") or ""),
-                )
-            ]
         for batch in obstore.list(store, prefix=prefix or None, chunk_size=1000):
             if on_page is not None:
                 on_page(len(batch))
             for meta in batch:
-                key = meta["path"]
-                if rx.match(key):
-                    modified = meta["last_modified"]
-                    found.append(
-                        (
-                            f"s3://{bucket}/{key}",
-                            int(meta["size"]),
-                            int(modified.timestamp() * 1e9) if modified else 0,
-                            str(meta.get("e_tag") or ""),
-                        )
-                    )
+                if rx.match(meta["path"]):
+                    found.append((f"s3://{bucket}/{meta['path']}", *_stat_of(meta)))
     except Exception as e:  # noqa: BLE001 - obstore's errors, turned into what the user can act on
         raise store_error(e, f"s3://{bucket}/{prefix}", storage) from None
     return found
 
 
+def _stat_of(meta: Any) -> tuple[int, int, str]:
+    """``(size, last_modified_ns, etag)`` of an object's obstore metadata (a listing's or a HEAD's)."""
+    modified = meta["last_modified"]
+    return int(meta["size"]), int(modified.timestamp() * 1e9) if modified else 0, str(meta.get("e_tag") or "")
+
+
+def head_key(store: Any, key: str) -> tuple[int, int, str]:
+    """``(size, last_modified_ns, etag)`` of ``key`` in an obstore ``store``: one HEAD request (obstore's
+    not-found error where there is none)."""
+    import obstore
+
+    return _stat_of(obstore.head(store, key))
+
+
 def head_url(url: str) -> tuple[int, int, str]:
     """``(size, last_modified_ns, etag)`` of an ``http(s)://`` object: one HEAD request."""
-    import obstore
     import obstore.store as obs
 
     base, _, name = url.rpartition("/")
     options: Any = {"allow_http": True} if url.startswith("http://") else None
-    meta = obstore.head(obs.HTTPStore.from_url(base, client_options=options), name)
-    modified = meta["last_modified"]
-    return int(meta["size"]), int(modified.timestamp() * 1e9) if modified else 0, str(meta.get("e_tag") or "")
+    return head_key(obs.HTTPStore.from_url(base, client_options=options), name)
 
 
 def check_access(urls: list[str], storage: Storage) -> None:
