@@ -16,7 +16,7 @@ from rasterio.transform import from_origin
 
 from pipeline.errors import TileReadError
 from pipeline.execute.runner import run
-from pipeline.inputs.headers import read_header
+from pipeline.inputs.headers import gdal_header, read_header
 from pipeline.inputs.iosizing import LOCAL_READ_AHEAD, MAX_IN_FLIGHT, MIN_IN_FLIGHT, bandwidth_delay, choose_io
 from pipeline.inputs.prefetch import Prefetch
 from pipeline.inputs.read import configure_reads, read_window
@@ -124,7 +124,7 @@ def test_the_header_parser_reads_what_gdal_reads(tmp_path: Path, options: dict[s
     _write(path, **options)
     got = parse_header(path.read_bytes())  # (a GeoTIFF's overviews added after it: its IFDs at the end)
     assert got is not None
-    _assert_same_header(got, read_header(str(path)))
+    _assert_same_header(got, gdal_header(str(path), str(path)))
     assert got["overview_sizes"] == [150, 100, 75, 50]
 
 
@@ -148,7 +148,31 @@ def test_the_header_parser_leaves_to_gdal_what_it_cannot_read_as_gdal_does(tmp_p
     for p in every:  # the fixture's COGs (GDAL's COG driver, no nodata tag): every field GDAL's
         header = parse_header(p.read_bytes()[:HEAD_BYTES])
         assert header is not None, p
-        _assert_same_header(header, read_header(str(p)))
+        _assert_same_header(header, gdal_header(str(p), str(p)))
+
+
+def test_a_local_header_is_gdals_where_the_parser_or_a_sidecar_says_so(tmp_path: Path) -> None:
+    """A local file's header is parsed from its first bytes, or GDAL's where the parser cannot read it as
+    GDAL does (strips) or where GDAL would read a file beside it (external overviews, ``.aux.xml``)."""
+    plain = tmp_path / "p.tif"
+    _write(plain)
+    _assert_same_header(read_header(str(plain)), gdal_header(str(plain), str(plain)))
+    striped = tmp_path / "s.tif"
+    _write(striped, tiled=False, blockxsize=None, blockysize=None)
+    assert read_header(str(striped)) == gdal_header(str(striped), str(striped))
+    external = tmp_path / "e.tif"  # a COG without overviews, and then an .ovr beside it (as gdaladdo -ro)
+    cog = {"driver": "COG", "blocksize": 128, "overviews": "NONE", "crs": "EPSG:4326"}
+    cog["transform"] = from_origin(10.0, 50.0, 0.001, 0.002)
+    with rasterio.open(external, "w", width=300, height=200, count=1, dtype="int16", **cog) as ds:
+        ds.write(np.ones((200, 300), "int16"), 1)
+    with rasterio.Env(TIFF_USE_OVR=True), rasterio.open(external, "r+", IGNORE_COG_LAYOUT_BREAK="YES") as ds:
+        ds.build_overviews([2, 4])
+    parsed = parse_header(external.read_bytes()[:HEAD_BYTES])
+    assert (tmp_path / "e.tif.ovr").exists() and parsed is not None and parsed["overview_sizes"] == []
+    assert read_header(str(external))["overview_sizes"] == [150, 100, 75, 50]  # GDAL's, from the .ovr
+    with pytest.raises(TileReadError, match="cannot be opened as a raster"):
+        (tmp_path / "junk.tif").write_bytes(b"not a tiff at all")
+        read_header(str(tmp_path / "junk.tif"))
 
 
 @pytest.fixture

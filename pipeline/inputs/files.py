@@ -195,7 +195,8 @@ def files_catalog(
         found: dict[str, dict[str, Any]] = {}
         errors: dict[str, str] = {}
         # A remote header is one small range GET that waits a round trip: many at once, parsed here
-        # (headers.fetch_headers); what that cannot read, and local files, are opened by GDAL on threads.
+        # (headers.fetch_headers); what that cannot read, and local files (their first bytes parsed, or
+        # GDAL's open: headers.read_header), are read on threads.
         objects = [p for p in to_read if p.lower().startswith("s3://")]
         by_gdal = [p for p in to_read if not p.lower().startswith("s3://")]
         for path, header in fetch_headers(objects, storage, header_threads(io_concurrency)) if objects else ():

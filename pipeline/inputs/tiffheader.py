@@ -1,4 +1,5 @@
-"""A GeoTIFF's header fields from its first bytes, without GDAL: what the index needs of a remote COG.
+"""A GeoTIFF's header fields from its first bytes, without GDAL: what the index needs of a COG, local or
+remote.
 
 A cloud-optimised GeoTIFF keeps every IFD and its tags at the front of the file, so one range GET of
 :data:`HEAD_BYTES` holds all the index records (:func:`pipeline.inputs.headers.read_header`'s fields):
