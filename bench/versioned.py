@@ -7,8 +7,11 @@ commit's share (the copy of the changed objects into the repository and the comm
 :func:`pipeline.store.icechunk_engine.commit_cube`. Also: the bytes on disk of each (the repository keeps a
 plain Zarr working copy beside its own chunks). Writes ``bench/results/versioned.json``.
 
-``python bench/versioned.py --forks``: why the engine does not use Icechunk's fork/merge: two forks that
-each create the same array and write half of its chunks, merged and committed, read back.
+``python bench/versioned.py --forks``: what Icechunk's fork/merge can carry, with whichever Icechunk is
+installed (it needs only icechunk and zarr: ``python3.12 -m venv v && v/bin/pip install icechunk zarr``
+runs it against 2.x): forks that each create the same array; chunks beyond the committed shape and of an
+array not committed; a session with an uncommitted resize forked; and forks that each apply the same
+resize. Each case prints what it read back and the commits it left on the branch.
 """
 
 from __future__ import annotations
@@ -22,13 +25,6 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from save import save_json  # noqa: E402
-from update import config, make_inputs  # noqa: E402
-
-import pipeline  # noqa: E402
-import pipeline.store.icechunk_engine as engine  # noqa: E402
-from pipeline.tools.fixtures import write_fixtures  # noqa: E402
-
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 
 
@@ -37,6 +33,13 @@ def du(path: str) -> int:
 
 
 def main() -> None:
+    from save import save_json
+    from update import config, make_inputs
+
+    import pipeline
+    import pipeline.store.icechunk_engine as engine
+    from pipeline.tools.fixtures import write_fixtures
+
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 10
     commits: list[float] = []
     real = engine.commit_cube
@@ -101,6 +104,9 @@ def forks() -> None:
     import zarr
     from zarr.core.buffer import default_buffer_prototype
 
+    def buf(data: bytes) -> Any:
+        return default_buffer_prototype().buffer.from_bytes(data)
+
     mem = zarr.storage.MemoryStore()
     zarr.create_group(mem).create_array("a", shape=(4,), chunks=(1,), dtype="i2")[:] = [1, 2, 3, 4]
 
@@ -112,29 +118,73 @@ def forks() -> None:
     chunks = sorted(k for k in objs if not k.endswith("zarr.json"))
     icechunk.set_logs_filter("error")
     folder = tempfile.TemporaryDirectory()
-    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(folder.name))
-    session = repo.writable_session("main")
-    done = []
-    for i in range(2):
-        fork = pickle.loads(pickle.dumps(session.fork()))  # as a worker receives it
+    print(f"icechunk {icechunk.__version__}, zarr {zarr.__version__}, Python {sys.version.split()[0]}")
 
-        async def put(fork: Any = fork, i: int = i) -> None:
-            for k in [*meta, *chunks[i::2]]:
-                await fork.store.set(k, default_buffer_prototype().buffer.from_bytes(objs[k]))
+    def through_forks(session: Any, writes: list[list[tuple[str, bytes]]]) -> None:
+        """Each list of (key, bytes) written by a fork of ``session``, pickled to and back as a worker
+        gets it and returns it; then merged into ``session``."""
+        done = []
+        for keys in writes:
+            fork = pickle.loads(pickle.dumps(session.fork()))
 
-        asyncio.run(put())
-        done.append(pickle.loads(pickle.dumps(fork)))  # as the driver gets it back
-    session.merge(*done)
-    session.commit("two forks")
-    got = zarr.open_array(repo.readonly_session(branch="main").store, path="a")[:]
-    print(f"icechunk {icechunk.__version__}: wrote [1 2 3 4] through 2 forks, read back {got}")
-    fork = repo.writable_session("main").fork()  # a fork of the commit above: array "a" of 4 chunks
-    for key in ("a/c/4", "b/c/0"):  # a chunk beyond the committed shape; one of an array not committed
+            async def put(fork: Any = fork, keys: list[tuple[str, bytes]] = keys) -> None:
+                for k, data in keys:
+                    await fork.store.set(k, buf(data))
+
+            asyncio.run(put())
+            done.append(pickle.loads(pickle.dumps(fork)))
+        session.merge(*done)
+
+    def commits(repo: Any) -> int:
+        return len(list(repo.ancestry(branch="main")))
+
+    def attempt(what: str, case: Any) -> None:
         try:
-            asyncio.run(fork.store.set(key, default_buffer_prototype().buffer.from_bytes(objs["a/c/0"])))
-            print(f"a fork takes {key}")
+            print(f"{what}: {case()}")
         except Exception as e:  # noqa: BLE001 - what Icechunk says is the measurement
-            print(f"a fork refuses {key}: {str(e).splitlines()[0].strip()}")
+            print(f"{what}: refused: {type(e).__name__}: {str(e).strip().splitlines()[0][:160]}")
+
+    def same_array_in_each() -> str:
+        repo = icechunk.Repository.create(icechunk.local_filesystem_storage(f"{folder.name}/1"))
+        session = repo.writable_session("main")
+        through_forks(session, [[(k, objs[k]) for k in [*meta, *chunks[i::2]]] for i in range(2)])
+        session.commit("two forks")
+        return f"read back {zarr.open_array(repo.readonly_session(branch='main').store, path='a')[:]}"
+
+    attempt("2 forks each create array a and write half of [1 2 3 4]", same_array_in_each)
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(f"{folder.name}/2"))
+    session = repo.writable_session("main")
+    for k in [*meta, *chunks]:
+        asyncio.run(session.store.set(k, buf(objs[k])))
+    session.commit("a = [1 2 3 4]")
+    for key in ("a/c/4", "b/c/0"):  # a chunk beyond the committed shape; one of an array not committed
+        fork = repo.writable_session("main").fork()
+        attempt(f"a fork writes {key}", lambda fork=fork, key=key: asyncio.run(fork.store.set(key, buf(objs["a/c/0"]))))
+    resized = next(v for k, v in objs.items() if k == "a/zarr.json").replace(b"4", b"6", 1)
+    tip, before = repo.lookup_branch("main"), commits(repo)
+
+    def dirty_fork() -> str:
+        session = repo.writable_session("main")
+        asyncio.run(session.store.set("a/zarr.json", buf(resized)))  # uncommitted: a resized to 6
+        through_forks(session, [[("a/c/4", objs["a/c/0"])], [("a/c/5", objs["a/c/1"])]])
+        snap = session.commit("a resized to 6 and its chunks 4, 5 written by 2 forks")
+        parent = list(repo.ancestry(snapshot_id=snap))[1].id
+        got = zarr.open_array(repo.readonly_session(branch="main").store, path="a")[:]
+        return f"read back {got}; {commits(repo) - before} commit(s), its parent the old tip: {parent == tip}"
+
+    attempt("a session with an uncommitted resize (4 -> 6) forked, 2 forks write chunks 4 and 5", dirty_fork)
+    repo.reset_branch("main", tip)
+
+    def resize_in_each() -> str:
+        session = repo.writable_session("main")
+        writes = [[("a/zarr.json", resized), (f"a/c/{4 + i}", objs[f"a/c/{i}"])] for i in range(2)]
+        through_forks(session, writes)
+        snap = session.commit("a resized to 6 by each of 2 forks, which write chunks 4 and 5")
+        parent = list(repo.ancestry(snapshot_id=snap))[1].id
+        got = zarr.open_array(repo.readonly_session(branch="main").store, path="a")[:]
+        return f"read back {got}; {commits(repo) - before} commit(s), its parent the old tip: {parent == tip}"
+
+    attempt("2 forks each apply the same resize (4 -> 6) and write chunk 4 or 5", resize_in_each)
     folder.cleanup()
 
 
