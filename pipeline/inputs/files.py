@@ -198,17 +198,17 @@ def files_catalog(
         # (headers.fetch_headers); what that cannot read, and local files (their first bytes parsed, or
         # GDAL's open: headers.read_header), are read on threads.
         objects = [p for p in to_read if p.lower().startswith("s3://")]
-        by_gdal = [p for p in to_read if not p.lower().startswith("s3://")]
+        on_threads = [p for p in to_read if not p.lower().startswith("s3://")]
         for path, header in fetch_headers(objects, storage, header_threads(io_concurrency)) if objects else ():
             if header is None:
-                by_gdal.append(path)
+                on_threads.append(path)
             else:
                 found[path] = header
                 progress.add()
-        if by_gdal:
-            threads = header_threads(io_concurrency) if any(is_url(p) for p in by_gdal) else max_threads
-            with ThreadPoolExecutor(min(threads, len(by_gdal))) as pool:
-                for path, header, error in pool.map(read_one, by_gdal):
+        if on_threads:
+            threads = header_threads(io_concurrency) if any(is_url(p) for p in on_threads) else max_threads
+            with ThreadPoolExecutor(min(threads, len(on_threads))) as pool:
+                for path, header, error in pool.map(read_one, on_threads):
                     progress.add()
                     if header is None:
                         errors[path] = str(error)

@@ -11,8 +11,8 @@ index of 192,000 files is then bound by requests in flight, not by the indexer's
 
 Anything this parser does not read exactly as GDAL does returns None, and the caller opens the file
 with GDAL instead: a header past the fetched bytes, strips instead of tiles, a model transformation
-(rotation) or ``PixelIsPoint`` rasters, a user-defined or missing CRS code. Tests compare the two on
-every fixture preset.
+(rotation) or ``PixelIsPoint`` rasters, a user-defined or missing CRS code. ``tests/test_reads_ahead.py``
+compares the two on the small preset and on GeoTIFFs made to differ (BigTIFF, NaN nodata, strips).
 """
 
 from __future__ import annotations
