@@ -1,7 +1,8 @@
 """One file's header: CRS, transform, size, dtype, nodata, block shape and each overview level's size.
 Every source that opens files uses it. A local GeoTIFF's first bytes are parsed here
-(:mod:`pipeline.inputs.tiffheader`, ~0.2 ms of CPU a file); what that parser leaves to GDAL, a file with
-sidecars GDAL would read, and URLs are opened through GDAL (``/vsis3/``, ``/vsicurl/``; ~4-9 ms a file)."""
+(:mod:`pipeline.inputs.tiffheader`: 0.32 ms of CPU a file against 2.25 by GDAL, ``bench/stac_overviews.py``);
+what that parser leaves to GDAL, a file with sidecars GDAL would read, and URLs are opened through GDAL
+(``/vsis3/``, ``/vsicurl/``)."""
 
 from __future__ import annotations
 
