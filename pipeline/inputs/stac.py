@@ -318,13 +318,11 @@ def _unversioned_local_mtimes(hrefs: np.ndarray, versions: np.ndarray) -> np.nda
     from pipeline.config import is_url
 
     mtime = np.zeros(len(hrefs), dtype=np.int64)
-    for i in np.flatnonzero(np.asarray([not v for v in versions], dtype=bool)).tolist():
-        href = str(hrefs[i])
-        local = href[len("file://") :] if href.startswith("file://") else href
-        if is_url(local):
+    for i, (href, version) in enumerate(zip(hrefs.tolist(), versions.tolist(), strict=True)):
+        if version or is_url(href):  # (hrefs are resolved: file:// stripped, stac_fields.resolve_href)
             continue
         try:
-            mtime[i] = os.stat(local).st_mtime_ns
+            mtime[i] = os.stat(href).st_mtime_ns
         except OSError:
             continue  # a missing file is skipped, and said, where it is read
     return mtime
