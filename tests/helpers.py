@@ -133,8 +133,8 @@ def serve_stac(parquet: Path) -> Iterator[str]:
 
 
 def session_folder(tmp_path_factory: Any) -> Path:
-    """The folder every worker of this test session shares: the session's base temp folder, or under
-    pytest-xdist its parent (each worker's is ``<session>/popen-gwN``)."""
+    """The folder every worker of one pytest run shares: the run's base temp folder, or under pytest-xdist
+    its parent (each worker's is ``<base>/popen-gwN``)."""
     base = tmp_path_factory.getbasetemp()
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
