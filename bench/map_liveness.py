@@ -40,10 +40,24 @@ def measure(config_path: str) -> dict[str, Any]:
     uses: dict[Any, list[float]] = collections.defaultdict(list)
     sizes: dict[Any, int] = {}
     get, settle = warp.MapCache.get, warp.MapCache.settle
+    import pipeline.execute.task as task
+
+    inner = task._run_partition
+    current: list[Any] = [None]
+    ends: dict[Any, float] = {}
+    used_in: dict[Any, set[Any]] = collections.defaultdict(set)
+
+    def tracked(partition: Any, *args: Any, **kwargs: Any) -> Any:
+        current[0] = partition.key
+        try:
+            return inner(partition, *args, **kwargs)
+        finally:
+            ends[partition.key] = time.perf_counter()
 
     def counted_get(self: Any, *args: Any, **kwargs: Any) -> Any:
         key, cmap = get(self, *args, **kwargs)
         uses[key].append(time.perf_counter())
+        used_in[key].add(current[0])
         return key, cmap
 
     def sized_settle(self: Any, key: Any, cmap: Any) -> None:
@@ -51,20 +65,25 @@ def measure(config_path: str) -> dict[str, Any]:
         sizes[key] = cmap.nbytes()
 
     warp.MapCache.get, warp.MapCache.settle = counted_get, sized_settle  # type: ignore[method-assign]
+    task._run_partition = tracked  # type: ignore[assignment]
     try:
         with tempfile.TemporaryDirectory() as tmp:
             sets = [f"output.path={tmp}/cube.zarr", "execution.scheduler=threads", "execution.workers=1"]
             run(load_config(config_path, sets), overwrite=True)
     finally:
         warp.MapCache.get, warp.MapCache.settle = get, settle  # type: ignore[method-assign]
+        task._run_partition = inner  # type: ignore[assignment]
     block_end: dict[Any, float] = collections.defaultdict(float)
     for key, times in uses.items():
-        block_end[key[5]] = max(block_end[key[5]], times[-1])  # key[5]: the destination block's transform
+        block_end[key[2]] = max(block_end[key[2]], times[-1])  # key[2]: the destination block's transform
     eps = 1e-9
     kept = [(t[0], sizes.get(k, 0)) for k, t in uses.items()]
     last_use = kept + [(t[-1] + eps, -sizes.get(k, 0)) for k, t in uses.items()]
-    block_done = kept + [(block_end[k[5]] + eps, -sizes.get(k, 0)) for k in uses]
+    block_done = kept + [(block_end[k[2]] + eps, -sizes.get(k, 0)) for k in uses]
+    part_done = kept + [(max(ends[p] for p in used_in[k]) + eps, -sizes.get(k, 0)) for k in uses]
     return {
+        "after_partition_done_mb": peak(part_done) / 1e6,
+        "partitions": len(ends),
         "maps": len(uses),
         "uses": sum(len(t) for t in uses.values()),
         "blocks": len(block_end),
@@ -80,7 +99,8 @@ def main() -> None:
         print(
             f"{path}: {m['maps']} maps used {m['uses']} times over {m['blocks']} destination blocks; peak held "
             f"{m['no_eviction_mb']:.0f} MB with no eviction, {m['after_last_use_mb']:.0f} MB dropping each map "
-            f"after its last use, {m['after_block_done_mb']:.0f} MB dropping them when their block is done"
+            f"after its last use, {m['after_partition_done_mb']:.0f} MB after the last partition using it, "
+            f"{m['after_block_done_mb']:.0f} MB dropping them when their block is done ({m['partitions']} partitions)"
         )
 
 

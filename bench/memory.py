@@ -1,8 +1,10 @@
 """Where a worker's memory goes: one process runs, on one thread, the partitions that one of ``N`` worker
-processes would run (``bench/split_run.py``'s split), then reports its resident memory after the warm-up
-and at the end, what Python and NumPy hold (``tracemalloc``: the coordinate-map cache, the judged mask
-windows, the rest), and the same run with GDAL's block cache bounded to 1 MB (``GDAL_CACHEMAX``; a worker's
-own bound is :data:`pipeline.execute.workers.WORKER_GDAL_CACHE_MB`), whose difference is what that cache held.
+processes would run (``bench/split_run.py``'s split; after each partition of either worker, it forgets the
+maps no partition left reads, as :mod:`pipeline.execute.maplife` has a worker do), then reports its
+resident memory after the warm-up, at its largest after a task and at the end, what Python and NumPy
+hold at the end (``tracemalloc``: the coordinate-map cache, the judged mask windows, the rest), and the
+same run with GDAL's block cache bounded to 1 MB (``GDAL_CACHEMAX``; a worker's own bound is
+:data:`pipeline.execute.workers.WORKER_GDAL_CACHE_MB`), whose difference is what that cache held.
 
 ``python bench/memory.py [CONFIG] [N]`` (defaults: ``configs/cloudy.yaml``, 2); writes
 ``bench/results/memory.json``.
@@ -31,6 +33,7 @@ def measure(config: str, n: int) -> dict[str, float]:
     tune_malloc()
     import_rasterio()
     from pipeline.config import load_config
+    from pipeline.execute.maplife import MapLives, forget
     from pipeline.execute.masks import MASKS
     from pipeline.execute.runner import _prepare_store, plan_run, task_context
     from pipeline.execute.task import run_partition
@@ -45,12 +48,19 @@ def measure(config: str, n: int) -> dict[str, float]:
     warm_up(None, ctx, tuple(sorted(set(catalog.tiles["crs"]))), local=True)
     warm = rss_mb()
     parts = list(plan.partitions)
+    lives = MapLives(parts)
+    mine = set(my_partitions([p.cost_bytes for p in parts], 0, n))
     tracemalloc.start()
-    for k in my_partitions([p.cost_bytes for p in parts], 0, n):
-        run_partition(parts[k], ctx)
+    top = warm
+    for k in sorted(range(len(parts)), key=lambda k: (-parts[k].cost_bytes, k)):  # (the split's order)
+        if k in mine:
+            run_partition(parts[k], ctx)
+            top = max(top, rss_mb())
+        forget(lives.dead(k))  # as a worker is told: the maps no partition left reads
     traced, traced_peak = tracemalloc.get_traced_memory()
     return {
         "rss_warm_mb": warm,
+        "rss_top_mb": top,
         "rss_end_mb": rss_mb(),
         "traced_mb": traced / 1e6,
         "traced_peak_mb": traced_peak / 1e6,
@@ -75,6 +85,7 @@ def main() -> None:
     rest = d["rss_end_mb"] - d["rss_warm_mb"] - d["traced_mb"] - gdal
     print(f"one of {n} workers on {os.path.relpath(config, ROOT)}, its share of the partitions on one thread:")
     print(f"  resident after imports and warm-up   {d['rss_warm_mb']:7.0f} MB")
+    print(f"  resident at its largest, after a task {d['rss_top_mb']:6.0f} MB")
     print(f"  resident at the end                  {d['rss_end_mb']:7.0f} MB")
     print(f"    coordinate-map cache (MAPS)        {d['maps_mb']:7.0f} MB")
     print(f"    judged mask windows (MASKS)        {d['masks_mb']:7.0f} MB")

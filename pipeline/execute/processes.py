@@ -15,6 +15,8 @@ one whose files the worker read last and the other workers are not reading now
 (:func:`_pick`), so each worker opens, maps and judges masks of fewer files. A task that raises is
 retried ``execution.retries`` times; a worker that dies (killed, out of memory) takes its task with it:
 the task is retried on a fresh worker the same way. Each result carries the worker's peak memory so far.
+With each task a worker is told which coordinate maps it holds no task left reads
+(:mod:`pipeline.execute.maplife`), and forgets them first.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 
 from pipeline.errors import WorkerError
 from pipeline.execute.context import TaskContext
+from pipeline.execute.maplife import MapLives, forget
 from pipeline.execute.task import run_partition
 from pipeline.execute.warmup import peak_rss_mb, warm_up
 
@@ -99,7 +102,8 @@ def _serve(
         msg = conn.recv()
         if msg is None:
             return
-        i, partition, device, reason = msg
+        i, partition, device, reason, dead = msg
+        forget(dead)  # the maps no task left reads (:mod:`pipeline.execute.maplife`)
         try:
             rec = task(partition, ctx, device, reason)
             rec["worker"] = name
@@ -229,13 +233,15 @@ class ProcessPool:
             return files[i]
 
         passed: dict[int, int] = {}
+        lives = MapLives(todo)
         while left:
             for w in self.workers:
                 if w.task is None and queue:
                     others = [files_of(o.task) for o in self.workers if o.task is not None]
                     w.task = _pick(queue, files_of, w.recent, others, passed)
                     w.ran(files_of(w.task))
-                    w.conn.send((w.task, todo[w.task], *decisions[w.task]))
+                    dead = lives.sent(w.name, w.task)
+                    w.conn.send((w.task, todo[w.task], *decisions[w.task], dead))
             busy = [w for w in self.workers if w.task is not None]
             ready = connection.wait([w.conn for w in busy] + [w.process.sentinel for w in busy])
             for w in busy:
@@ -253,6 +259,7 @@ class ProcessPool:
                 kind, _, payload, w.peak_mb = msg
                 if kind == "done":
                     left -= 1
+                    lives.done(i)
                     yield payload
                 else:
                     again(i, payload)

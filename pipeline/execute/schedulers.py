@@ -1,7 +1,8 @@
 """Where a run's tasks execute: on threads in this process, on a pool of worker processes
 (:mod:`pipeline.execute.processes`), on a local cluster the run starts, or on an
 existing Dask cluster by address; each task's device decided first. Submits the costliest partitions
-first, collects records as they complete, retries failed tasks as Dask does."""
+first, collects records as they complete, retries failed tasks as Dask does, and tells the workers which
+coordinate maps no task left reads (:mod:`pipeline.execute.maplife`)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from pipeline.execute.device import (
     submit_options,
     task_work,
 )
+from pipeline.execute.maplife import MapLives, forget, forget_on_worker
 from pipeline.execute.task import run_partition
 from pipeline.execute.warmup import peak_rss_mb, warm_up
 from pipeline.execute.workers import (
@@ -242,12 +244,14 @@ def _execute_threads(
         try:
             for i in range(len(todo)):
                 submit(i, 0)
+            lives = MapLives(todo)  # (while the first tasks run)
             while attempts:
                 fut = finished.get()
                 i, tries = attempts.pop(fut)
                 error = fut.exception()
                 if error is None:
                     records.append(fut.result())
+                    forget(lives.dead(i))  # the threads' one cache: the maps no task left reads
                     progress.task_done(records[-1])
                 elif tries < execution.retries:
                     logger.info("partition %s failed (%s); retry %d", todo[i].key, error, tries + 1)
@@ -372,8 +376,11 @@ def execute_tasks(
                         **submit_options(device, gpu_resources),
                     )
                 )
+            lives, index = MapLives(todo), {p.key: i for i, p in enumerate(todo)}  # (while the first tasks run)
             for _, rec in as_completed(futures, with_results=True):
                 records.append(rec)
+                if dead := lives.dead(index[rec["id"]]):  # every worker forgets the maps no task left reads
+                    client.run(forget_on_worker, dead, wait=False)
                 progress.task_done(rec)
         except KeyboardInterrupt:
             stopped = interrupted = True

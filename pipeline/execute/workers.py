@@ -86,6 +86,21 @@ def tune_malloc() -> bool:
     return all(mallopt(_MALLOPT[k], v) == 1 for k, v in WORKER_MALLOC.items())
 
 
+def trim_malloc() -> bool:
+    """Hand the allocator's free pages back to the system (glibc's ``malloc_trim(0)``, which returns free
+    pages anywhere in its heaps, not only at their top as its trim threshold does): after a worker forgets
+    maps it will not use again (:mod:`pipeline.execute.maplife`), whose pages the heap would otherwise keep.
+    False where it cannot (not glibc)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        return bool(ctypes.CDLL(None).malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
+
+
 def bound_gdal_cache() -> int | None:
     """Bound GDAL's block cache in this process: to ``GDAL_CACHEMAX`` where the environment sets it (MB,
     or bytes from 100000 up, as GDAL reads it; a percentage is left to GDAL), else to

@@ -15,6 +15,9 @@ from typing import Any
 
 import numpy as np
 
+Geometry = tuple[tuple[float, ...], tuple[int, ...], tuple[float, float] | None, tuple[int, int] | None, str]
+"""A source window's :meth:`SourceWindow.geometry`: transform, window, tile origin, tile shape, CRS."""
+
 
 @dataclass(frozen=True)
 class SourceWindow:
@@ -49,6 +52,11 @@ class SourceWindow:
     tile_shape: tuple[int, int] | None = None
     """(height, width) of the tile at that level: where a kernel's one stretch for the whole tile is measured
     (its centre, :func:`pipeline.resample.warp.map_for`). None: at the tile's corner."""
+
+    def geometry(self) -> Geometry:
+        """What the window's coordinate maps depend on besides the destination (never its file, band, date
+        or pixels): the key a worker keeps them by (:class:`pipeline.resample.warp.MapCache`)."""
+        return tuple(self.transform), tuple(self.window), self.tile_origin, self.tile_shape, self.crs
 
 
 @dataclass(frozen=True)
@@ -134,6 +142,27 @@ class Partition:
         return frozenset(
             f for job in self.jobs for src in job.sources for f in (src.path, src.mask.path if src.mask else src.path)
         )
+
+    def geometries(self) -> set[Geometry]:
+        """The :meth:`SourceWindow.geometry` of every window the partition reads (from the packed form,
+        where the jobs were not unpacked)."""
+        if self._jobs is not None or self._packed is None:
+            return {src.geometry() for job in self.jobs for src in job.sources}
+        rows, src_file, src_win, src_cf = self.window_columns()
+        out: set[Geometry] = set()
+        for k, (wr, wc, wh, ww), (c, f) in zip(src_file.tolist(), src_win.tolist(), src_cf.tolist(), strict=True):
+            _, _, crs, _, a, b, d, e, _, ox, oy, th, tw = rows[k]
+            origin = None if math.isnan(ox) else (ox, oy)
+            out.add(((a, b, c, d, e, f), (wr, wc, wh, ww), origin, None if th < 0 else (th, tw), crs))
+        return out
+
+    def window_columns(self) -> tuple[tuple[tuple[Any, ...], ...], np.ndarray, np.ndarray, np.ndarray]:
+        """The packed form's file rows (:data:`Packed`) and, for each window, its file row's index, its
+        window and its corner (the affine's c and f): the columns a window's geometry is made of, without
+        unpacking the jobs (a driver reads every partition's: :mod:`pipeline.execute.maplife`)."""
+        _, _, rows, blob, _ = self.packed()
+        src_file, src_win, src_cf = pickle.loads(zlib.decompress(blob))[:3]
+        return rows, src_file, src_win, src_cf
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return _unpack_partition, (self.index, self.key, self.cost_bytes, *self.packed())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.planning.grid import transform_points
-from pipeline.planning.jobs import SourceWindow
+from pipeline.planning.jobs import Geometry, SourceWindow
 from pipeline.resample.common import valid_mask
 from pipeline.resample.coords import LineMap
 from pipeline.resample.kernels import CENTRE_METHODS, CoordMap, resample
@@ -194,7 +195,8 @@ class MapCache:
     date or the pixels: bands of one resolution and
     the dates of one tile reuse it. One per process, shared by its threads (a lock around the table;
     maps and taps are never written into once made). Hits and misses are counted per thread, so a task
-    (which runs on one thread) reads its own with :meth:`tally`."""
+    (which runs on one thread) reads its own with :meth:`tally`. A run's driver tells each worker the
+    source windows no task left reads (:mod:`pipeline.execute.maplife`), whose maps it forgets (:meth:`drop`)."""
 
     def __init__(self, max_bytes: int = MAP_CACHE_BYTES) -> None:
         self.max_bytes = max_bytes
@@ -216,10 +218,7 @@ class MapCache:
     ) -> tuple[tuple[Any, ...], CoordMap]:
         """(key, map) for this geometry: the kept map, else a new one (kept once :meth:`settle` sizes it)."""
         key = (
-            tuple(src.transform),
-            src.window,
-            src.tile_origin,
-            src.crs,
+            src.geometry(),
             tuple(dst_shape_yx),
             tuple(dst_transform[:6]),
             dst_crs,
@@ -256,6 +255,18 @@ class MapCache:
             while self.bytes > self.max_bytes:
                 _, (_, dropped, _) = self._maps.popitem(last=False)
                 self.bytes -= dropped
+
+    def drop(self, geometries: Collection[Geometry]) -> int:
+        """Forget the maps of source windows of these geometries (:meth:`SourceWindow.geometry`: no task
+        left will read one); the bytes freed."""
+        if not geometries:
+            return 0
+        freed, wanted = 0, set(geometries)
+        with self._lock:
+            for key in [k for k in self._maps if k[0] in wanted]:
+                freed += self._maps.pop(key)[1]
+            self.bytes -= freed
+        return freed
 
     def tally(self) -> tuple[int, int]:
         """(hits, misses) of this thread so far."""
