@@ -50,13 +50,15 @@ ran 8x slower per call that way, and resampling 3.3x slower in a run (measured; 
 Performance). Spawned workers get them as environment variables; forked ones through
 :func:`tune_malloc`, since glibc reads its environment only when a process starts."""
 
-WORKER_GDAL_CACHE_MB = 32
+WORKER_GDAL_CACHE_MB = 16
 """GDAL's block cache in local workers, MB (GDAL's default is 5% of the machine's memory: 1.2 GB on a 24 GB
 machine, and a worker's cache grew past 120 MB on the cloudy composite). A task reads each window once
-(mask windows are kept judged, :mod:`pipeline.execute.masks`), so the cache serves only the blocks a
-window's rows share; the composite at 32 MB took the same wall with ~100 MB less per worker
-(docs/performance.md). A ``GDAL_CACHEMAX`` in the environment is left to rule; remote reads use the same cache (their
-bytes are cached apart, by ``CPL_VSIL_CURL_CACHE_SIZE``: :data:`pipeline.storage.gdal.CLOUD_DEFAULTS`)."""
+(mask windows are kept judged, :mod:`pipeline.execute.masks`), so the cache serves only the blocks that
+neighbouring windows share. Against 32 MB (``python bench/memory_trees.py 5 a=TREE b=TREE:GDAL_CACHEMAX=16
+...``, interleaved runs, medians): the cloudy composite's tree PSS 656 -> 621 MB at 1.016x the wall, the
+case study's 498 -> 469 MB at 0.970x; 8 MB took the case study 1.099x the wall (its read stage 1.25 ->
+1.54 task-seconds). A ``GDAL_CACHEMAX`` in the environment is left to rule; remote reads use the same cache
+(their bytes are cached apart, by ``CPL_VSIL_CURL_CACHE_SIZE``: :data:`pipeline.storage.gdal.CLOUD_DEFAULTS`)."""
 
 _MALLOPT = {"MALLOC_TRIM_THRESHOLD_": -1, "MALLOC_MMAP_THRESHOLD_": -3}
 """glibc's mallopt() parameter numbers (M_TRIM_THRESHOLD, M_MMAP_THRESHOLD)."""
