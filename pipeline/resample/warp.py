@@ -180,11 +180,11 @@ def _scale(src: SourceWindow, dst_transform: tuple[float, ...], dst_crs: str) ->
 
 MAP_CACHE_BYTES = 256 << 20
 """Bytes of coordinate maps and their tap tables one process keeps (:class:`MapCache`): the casestudy's
-reprojected windows at 512² chunks keep ~9 MB each with the average's taps. Its partitions each span
-every chunk, so a worker takes the same ~130 MB of maps around in a cycle with every band and date: a
-smaller bound thrashes there (at 64 MiB it made 218 maps instead of 174, +0.9 s of CPU from a 25 ms
-store), where the cloudy composite, whose partitions are a chunk's bands, made as many at 64 MiB
-(docs/performance.md, the composite's memory)."""
+reprojected windows at 512² chunks keep ~9 MB each with the average's taps. Maps no task left reads are
+forgotten as the run goes (:mod:`pipeline.execute.maplife`), so this bounds only what later tasks will
+read. The case study's partitions each span every chunk, so a worker takes its live maps around in a
+cycle with every band and date, and a smaller bound thrashes: at 64 MiB it made 197 maps instead of 172,
+for no less memory (docs/performance.md, the composite's memory)."""
 
 
 class MapCache:
