@@ -122,22 +122,30 @@ class _Handle:
     """One open dataset of this process, and the lock its user holds: GDAL lets a dataset be used by one
     thread at a time, from any thread."""
 
-    __slots__ = ("ds", "lock", "dropped")
+    __slots__ = ("ds", "dropped", "first", "lock", "opened")
 
-    def __init__(self) -> None:
+    def __init__(self, first: _Handle | None = None) -> None:
         self.ds: Any = None
         self.lock = threading.Lock()
         self.dropped = False
         """Out of the cache (evicted, or its read failed): closed by the thread that holds it."""
+        self.first = first
+        """The file's dataset opened before this one, whose open this one's waits for (None: the first)."""
+        self.opened = threading.Event()
+        """Set once its open was tried (done or failed)."""
 
 
 HANDLES_PER_FILE = 2
 """Datasets of one remote file a process keeps open at once: as many of its windows read at once, each
-waiting on its own requests (a file's second open costs CPU only: GDAL keeps the header it fetched). More
-datasets of a file fetch more of its blocks twice (each keeps its own block cache, and adjacent windows
-share edge blocks): on the case study from a 25 ms store, 1, 2 and 8 gave the same wall within the
-machine's noise, and the fewer, the fewer GETs. A local file has one: its reads wait on no round trip,
-and take turns."""
+waiting on its own requests. A file's later datasets open once its first has (:data:`FIRST_OPEN_WAIT_S`),
+from what that open fetched into GDAL's cache (the ``GDAL_INGESTED_BYTES_AT_OPEN`` head: all of a small
+COG): opened at once, each fetched it again (the case study from a 25 ms store: 595 GETs, 405 with one
+dataset a file). More datasets of a file fetch more of its blocks twice (each keeps its own block cache,
+and adjacent windows share edge blocks): 1, 2 and 8 gave the same wall within the machine's noise, and
+the fewer, the fewer GETs. A local file has one: its reads wait on no round trip, and take turns."""
+
+FIRST_OPEN_WAIT_S = 60.0
+"""How long a file's later dataset waits for its first one's open before it opens on its own."""
 _handles: OrderedDict[tuple[str, int], list[_Handle]] = OrderedDict()
 _handles_lock = threading.Lock()
 _handles_run = [""]  # the run the open datasets are for
@@ -163,7 +171,7 @@ def _acquire(path: str, level: int, most: int) -> _Handle:
         _handles.move_to_end(key)
         handle = next((h for h in group if h.lock.acquire(blocking=False)), None)
         if handle is None and len(group) < most:
-            handle = _Handle()
+            handle = _Handle(group[0] if group else None)
             handle.lock.acquire()
             group.append(handle)
         waits = handle is None
@@ -291,7 +299,12 @@ def read_window(src: SourceWindow) -> np.ndarray:
     handle = _acquire(src.path, src.overview_level, HANDLES_PER_FILE if remote else 1)
     try:
         if handle.ds is None:
-            handle.ds = _open_dataset(src.path, src.overview_level)
+            if handle.first is not None:  # what the file's first open fetched is in GDAL's cache once it is done
+                handle.first.opened.wait(FIRST_OPEN_WAIT_S)
+            try:
+                handle.ds = _open_dataset(src.path, src.overview_level)
+            finally:
+                handle.opened.set()
         ds = handle.ds
         problem = geometry_mismatch(ds, src)
         if problem:
