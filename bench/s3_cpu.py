@@ -4,8 +4,9 @@ process's last <50 ms is missed), of the moto server, and of this process (the l
 On a 2-core machine the wall cannot go below their sum over 2: the bound the harness sets a run that
 shares its cores.
 
-``python bench/s3_cpu.py REPEATS NAME=TREE ...`` (trees: checkouts of the project, each with its compiled
-kernels; e.g. ``base=/tmp/base now=.``): a warm-up each, then ``REPEATS`` interleaved runs through a
+``python bench/s3_cpu.py REPEATS NAME=TREE[,KEY=VALUE...] ...`` (trees: checkouts of the project, each with
+its compiled kernels, e.g. ``base=/tmp/base now=.``; ``KEY=VALUE``: ``--set`` for that variant, e.g.
+``io16=.,execution.io_concurrency=16``): a warm-up each, then ``REPEATS`` interleaved runs through a
 proxy holding every request 25 ms; medians.
 """
 
@@ -31,9 +32,11 @@ SETS = ("inputs.paths=[s3://bench/tiles/**/*.tif]", "inputs.index=null")
 
 
 def run(tree: str, endpoint: str, out: str) -> tuple[float, float]:
-    """One ``pipeline run`` from ``tree``: (wall s, CPU s of its process tree)."""
+    """One ``pipeline run`` from ``tree`` (``TREE[,KEY=VALUE...]``: with those ``--set``): (wall s, CPU s of
+    its process tree)."""
+    tree, *extra = tree.split(",")
     args = [sys.executable, "-W", "ignore", "-m", "pipeline"]
-    args += run_args(CONFIG, out, out + ".report.json", sets=(*SETS, f"storage.endpoint_url={endpoint}"))
+    args += run_args(CONFIG, out, out + ".report.json", sets=(*SETS, *extra, f"storage.endpoint_url={endpoint}"))
     env = {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
     start = time.perf_counter()
     proc = subprocess.Popen(args, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -54,10 +54,10 @@ OUT = os.path.join(ROOT, "out", "s3latency")
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 LATENCIES_MS = [float(x) for x in os.environ.get("BENCH_LATENCIES_MS", "0,25").split(",")]
 ONLY = set(filter(None, os.environ.get("BENCH_ONLY", "").split(",")))
+"""Run only these tools (names as printed, e.g. ``pipeline s3,floor``); all by default."""
 BASELINE = os.environ.get("BENCH_BASELINE_TREE")
 """Another checkout of the project (``git worktree add /tmp/base COMMIT``, its compiled kernels copied in):
 its ``pipeline s3`` run as a row of its own, ``pipeline s3 (baseline)``."""
-"""Run only these tools (names as printed, e.g. ``pipeline s3,floor``); all by default."""
 BUCKET = "bench"
 FLOOR_IN_FLIGHT = 64
 

@@ -86,9 +86,9 @@ def test_windows_read_ahead_are_the_windows_read_in_turn_within_the_byte_budget(
 
 
 def test_auto_is_the_bandwidth_delay_product_within_bounds() -> None:
-    assert bandwidth_delay(0.025, 100e6, 100e3) == 26  # 1 + 25 ms x 100 MB/s / 100 KB
-    assert bandwidth_delay(0.050, 100e6, 100e3) == 51  # twice the latency, twice the requests
-    assert bandwidth_delay(0.025, 100e6, 200e3) == 14  # windows twice the size: half
+    assert bandwidth_delay(0.025, 50e6, 200e3) == 8  # 1 + 25 ms x 50 MB/s / 200 KB
+    assert bandwidth_delay(0.050, 50e6, 200e3) == 14  # twice the latency, twice the requests
+    assert bandwidth_delay(0.025, 50e6, 400e3) == 5  # windows twice the size: half
     assert bandwidth_delay(0.0001, 100e6, 100e3) == MIN_IN_FLIGHT
     assert bandwidth_delay(1.0, 1e9, 1e3) == MAX_IN_FLIGHT
     local = choose_io(None, ["/data/a.tif"], None, 1e5)

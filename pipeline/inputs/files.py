@@ -236,10 +236,10 @@ def files_catalog(
 
 def header_threads(io_concurrency: int | None) -> int:
     """Remote headers read at once: ``io_concurrency`` (``execution.io_concurrency``) where set, else
-    :data:`pipeline.inputs.iosizing.MAX_IN_FLIGHT`."""
-    from pipeline.inputs.iosizing import MAX_IN_FLIGHT
+    :data:`pipeline.inputs.iosizing.HEADERS_IN_FLIGHT`."""
+    from pipeline.inputs.iosizing import HEADERS_IN_FLIGHT
 
-    return io_concurrency or MAX_IN_FLIGHT
+    return io_concurrency or HEADERS_IN_FLIGHT
 
 
 def _map_threads(fn: Any, items: list[str], max_threads: int) -> list[Any]:

@@ -20,9 +20,16 @@ from typing import Any
 
 from pipeline.config import is_url
 
-MAX_IN_FLIGHT = 64
-"""The most windows a worker reads at once under ``auto``: past it, a worker's threads cost more than the
-latency they hide (and a cluster of many workers asks a bucket for thousands of requests at once)."""
+MAX_IN_FLIGHT = 16
+"""The most windows a worker reads at once under ``auto``. A window's read decodes on the thread that
+fetched it, so threads past those waiting on the network compete for the worker's one core: the case
+study from a 25 ms store on 2 workers took 5.20 s and 6.23 CPU-s at 16, 6.20 s and 7.56 at 32, 6.63 s and
+8.17 at 64 (``python bench/s3_cpu.py 5 io64=.,execution.io_concurrency=64 io32=... io16=...``, medians),
+and 4 and 8 were slower than 16. Where a window is a fresh request each (large files), 16 covers a
+bandwidth-delay product of ~15 windows: an S3 GET's ~30 ms at ~90 MB/s a stream, ~200 KB a window."""
+HEADERS_IN_FLIGHT = 64
+"""Remote headers read at once where ``execution.io_concurrency`` is ``auto``: each is one small GET, parsed
+afterwards (``bench/headers_s3.py``: 249 headers/s at 64 in flight, 172 at 8)."""
 MIN_IN_FLIGHT = 2
 LOCAL_READ_AHEAD = 1
 """Windows read at once from local files: each when the task comes to it. Reading ahead on 2 threads gave
