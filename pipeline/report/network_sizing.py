@@ -17,7 +17,7 @@ keeping ``n`` in flight each, needs
 A run from local files measured none of it: the projection says so and prices the bucket at stated
 assumptions: :data:`DEFAULT_LATENCY_MS` a request, one GET per source window planned plus one per
 file's header (the reads' 2 MB ranges serve several windows of a file, and a window of a very large
-file may take more than one: the case study made 596 GETs for 840 windows and 192 headers), every
+file may take more than one: the case study made 406 GETs for 840 windows and 192 headers), every
 input byte fetched once.
 It gives no network-bound worker count then: ``b`` and ``n`` are measured only from the bucket.
 """
@@ -196,7 +196,7 @@ def format_network(n: dict[str, Any], workers: int | None) -> list[str]:
             lines.append(
                 f"    requests not measured (run from the bucket to measure them): assumed 1 GET per source "
                 f"window ({n['windows']:,.0f}) + 1 per file's header ({n['files']:,}) = {n['requests']:,.0f} "
-                "(the case study from a 25 ms store made 596 for its 840 windows and 192 headers: make bench-s3)"
+                "(the case study from a 25 ms store made 406 for its 840 windows and 192 headers: make bench-s3)"
             )
         lines.append(f"    {_size(n['bytes_fetched'])} fetched ({n['bytes_fetched_from']})")
     budget = n["budget_s"]
