@@ -206,7 +206,7 @@ def test_a_local_run_names_the_assumptions_it_prices_the_bucket_at() -> None:
         "the bucket, not measured (this run read local files); priced at these assumptions:",
         "latency 25.0 ms a request (assumed: an S3 GET's typical first-byte time)",
         "requests not measured (run from the bucket to measure them): assumed 1 GET per source window",
-        f"= {windows + 192_000:,.0f} (the case study from a 25 ms store made 596",
+        f"= {windows + 192_000:,.0f} (the case study from a 25 ms store made 406",
         "7.0 TB fetched (assumed: every input byte once)",
         "network-bound worker count not priced",
         f"in flight across the cluster: {(windows + 192_000) * 0.025 / budget:,.0f} requests (Little's law",
