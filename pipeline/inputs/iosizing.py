@@ -127,7 +127,7 @@ def choose_io(setting: int | None, paths: Sequence[str], storage: Any, window_by
     except Exception as e:  # noqa: BLE001 - a store that cannot be measured is read all the same
         from pipeline.storage import redact
 
-        n = setting or MAX_IN_FLIGHT // 4
+        n = setting or MAX_IN_FLIGHT
         why = f"the store could not be measured ({redact(str(e))[:200]}): {n}"
         return IoChoice(n, "config" if setting else "auto", why)
     n = bandwidth_delay(latency, rate, window_bytes)
