@@ -144,17 +144,9 @@ class Partition:
         )
 
     def geometries(self) -> set[Geometry]:
-        """The :meth:`SourceWindow.geometry` of every window the partition reads (from the packed form,
-        where the jobs were not unpacked)."""
-        if self._jobs is not None or self._packed is None:
-            return {src.geometry() for job in self.jobs for src in job.sources}
-        rows, src_file, src_win, src_cf = self.window_columns()
-        out: set[Geometry] = set()
-        for k, (wr, wc, wh, ww), (c, f) in zip(src_file.tolist(), src_win.tolist(), src_cf.tolist(), strict=True):
-            _, _, crs, _, a, b, d, e, _, ox, oy, th, tw = rows[k]
-            origin = None if math.isnan(ox) else (ox, oy)
-            out.add(((a, b, c, d, e, f), (wr, wc, wh, ww), origin, None if th < 0 else (th, tw), crs))
-        return out
+        """The :meth:`SourceWindow.geometry` of every window the partition reads (the jobs unpacked: a driver
+        counts them from the packed columns instead, :meth:`window_columns`)."""
+        return {src.geometry() for job in self.jobs for src in job.sources}
 
     def window_columns(self) -> tuple[tuple[tuple[Any, ...], ...], np.ndarray, np.ndarray, np.ndarray]:
         """The packed form's file rows (:data:`Packed`) and, for each window, its file row's index, its
