@@ -15,8 +15,10 @@ early would be made again, the same bits, and one never used again costs only me
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Hashable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +44,15 @@ async def forget_on_worker(geometries: Sequence[Geometry]) -> int:
     """:func:`forget` as Dask's ``client.run(..., wait=False)`` takes it (a coroutine, run on the worker's
     event loop: the driver does not wait for the workers)."""
     return forget(geometries)
+
+
+def tell_cluster(client: Any, geometries: Sequence[Geometry]) -> None:
+    """Have every worker of ``client``'s cluster forget these dead geometries' maps, the calling thread
+    waiting on nothing: the broadcast is handed to the client's event loop. (A blocking ``client.run`` in
+    the driver's loop is where a Ctrl-C could land, and distributed then logged an error from the
+    cancelled call's callback: ``tests/test_interrupt.py``, 1 run in 4 beside two busy loops.)"""
+    broadcast = client.run(forget_on_worker, geometries, wait=False, asynchronous=True)
+    asyncio.run_coroutine_threadsafe(broadcast, client.loop.asyncio_loop)
 
 
 class MapLives:

@@ -27,7 +27,7 @@ from pipeline.execute.device import (
     submit_options,
     task_work,
 )
-from pipeline.execute.maplife import MapLives, forget, forget_on_worker
+from pipeline.execute.maplife import MapLives, forget, tell_cluster
 from pipeline.execute.task import run_partition
 from pipeline.execute.warmup import peak_rss_mb, warm_up
 from pipeline.execute.workers import (
@@ -380,7 +380,7 @@ def execute_tasks(
             for _, rec in as_completed(futures, with_results=True):
                 records.append(rec)
                 if dead := lives.dead(index[rec["id"]]):  # every worker forgets the maps no task left reads
-                    client.run(forget_on_worker, dead, wait=False)
+                    tell_cluster(client, dead)
                 progress.task_done(rec)
         except KeyboardInterrupt:
             stopped = interrupted = True
