@@ -10,13 +10,7 @@ Before any of it, NumPy's OpenBLAS is held to no helper threads where nothing se
 spin ~0.05 s waiting for work before they sleep, on the core the driver's own imports and planning need
 while the server imports (the ``pipeline`` command sets it for itself too). Tasks make no BLAS calls,
 and each worker is one core; forked workers inherit the server's OpenBLAS. Spawn to the first task of
-the case study 0.683 -> 0.608 s (``python bench/startup.py OTHER_TREE configs/casestudy.yaml 16``).
-
-Last, what the imports made is kept out of the collector's reach (``gc.freeze``): a worker's collections
-would otherwise walk every object the server made, and each write to an object's header copies the page it
-sits on into that worker. The cloudy composite's process tree: 627 -> 604 MB of PSS, medians of 4 sampled
-runs (``MC_SAMPLED=4 python bench/memory_trees.py 0 before=OTHER_TREE now=.``); 656 -> 649 MB in another
-measurement (3 sampled runs each), where a run's peak moves by ~15 MB."""
+the case study 0.683 -> 0.608 s (``python bench/startup.py OTHER_TREE configs/casestudy.yaml 16``)."""
 
 import os
 
@@ -29,7 +23,3 @@ import_rasterio()
 from pipeline.execute.warmup import warm_libraries  # noqa: E402 - rasterio first, without boto3
 
 warm_libraries()
-
-import gc  # noqa: E402
-
-gc.freeze()
